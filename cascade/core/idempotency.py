@@ -1,0 +1,57 @@
+"""Effectively-once handling on top of at-least-once delivery.
+
+Before running a handler, claim ``(scope, source, id)`` with a TTL. A claim that already
+says *done* means the event was handled: acknowledge it without a second invocation. A
+claim held by someone else is *busy*. A claim left by a crashed process expires after its
+TTL and the event is handled again. Written once over the StateStore protocol, so Redis and
+SQLite behave the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from enum import Enum
+
+from cascade.core.state import StateStore
+
+DONE = b"done"
+
+
+class Claim(Enum):
+    ACQUIRED = "acquired"  # run the handler, then complete() or release()
+    DONE = "done"  # handled before: acknowledge, do not run again
+    BUSY = "busy"  # another live worker holds it: try later
+
+
+class Idempotency:
+    """Claims for one scope (e.g. a trigger name)."""
+
+    def __init__(self, store: StateStore, scope: str, *, claim_ttl: float = 60.0, done_ttl: float = 7 * 86400.0) -> None:
+        self.store, self.scope = store, scope
+        self.claim_ttl, self.done_ttl = claim_ttl, done_ttl
+        self.owner = f"{socket.gethostname()}:{os.getpid()}".encode()
+
+    def key(self, source: str, id: str) -> str:
+        digest = hashlib.sha256(f"{source}\x00{id}".encode()).hexdigest()[:32]
+        return f"idem:{self.scope}:{digest}"
+
+    def claim(self, source: str, id: str) -> Claim:
+        key = self.key(source, id)
+        for _ in range(3):
+            if self.store.cas(key, None, self.owner, ttl=self.claim_ttl):
+                return Claim.ACQUIRED
+            current = self.store.get(key)
+            if current == DONE:
+                return Claim.DONE
+            if current is not None:
+                return Claim.BUSY
+        return Claim.BUSY
+
+    def complete(self, source: str, id: str) -> None:
+        self.store.put(self.key(source, id), DONE, ttl=self.done_ttl)
+
+    def release(self, source: str, id: str) -> None:
+        """Give a claim back after a failure so a retry can run the handler."""
+        self.store.cas(self.key(source, id), self.owner, None)

@@ -1,0 +1,72 @@
+"""The StateStore plug-in point: key/value with TTL, compare-and-set, and indexed records.
+
+Every plane keeps its small, shared state here: idempotency claims (dispatcher), job and
+model records (functions), API token hashes (gateway). Two implementations ship and pass
+``tests/contract``: Redis (``cascade.core.state_redis``) and SQLite
+(``cascade.core.state_sqlite``, the embedded default). ``open_store`` picks one by URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+
+class StateStore(Protocol):
+    """Small shared state with atomic updates; values are bytes, records are JSON objects."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        """Set ``key``; with ``ttl`` (seconds) it disappears after that long."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; True if it existed."""
+        ...
+
+    def cas(self, key: str, expected: bytes | None, new: bytes | None, *, ttl: float | None = None) -> bool:
+        """Atomically replace ``expected`` (None: key absent) with ``new`` (None: delete)."""
+        ...
+
+    def ttl(self, key: str) -> float | None:
+        """Seconds until ``key`` expires; None if it has no TTL or does not exist."""
+        ...
+
+    def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
+        """Store a JSON record; fields named in ``index`` become queryable with find_records."""
+        ...
+
+    def get_record(self, kind: str, id: str) -> dict[str, Any] | None: ...
+
+    def find_records(self, kind: str, **where: str) -> list[dict[str, Any]]:
+        """Records of ``kind`` whose indexed fields equal ``where``, ordered by id."""
+        ...
+
+    def delete_record(self, kind: str, id: str) -> bool: ...
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def index_values(doc: Mapping[str, Any], index: Sequence[str]) -> dict[str, str]:
+    """The indexed field values of a record (absent or null fields are not indexed)."""
+    return {f: str(doc[f]) for f in index if doc.get(f) is not None}
+
+
+def open_store(url: str) -> StateStore:
+    """``sqlite:///abs/state.db``, ``sqlite://relative/state.db`` or ``redis://host:port/db``."""
+    if url.startswith("redis://") or url.startswith("rediss://"):
+        from cascade.core.state_redis import RedisStore
+
+        return RedisStore(url)
+    if url.startswith("sqlite://"):
+        from cascade.core.state_sqlite import SqliteStore
+
+        return SqliteStore(url[len("sqlite://"):])  # sqlite:///abs/path or sqlite://relative/path
+    from cascade.core.errors import InvalidInput
+
+    raise InvalidInput(f"state URL {url!r}: use sqlite:///PATH or redis://HOST:PORT/DB", field="state")

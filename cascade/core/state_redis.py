@@ -1,0 +1,129 @@
+"""The Redis state store: shared state for a platform spread over several machines.
+
+Compare-and-set runs as one Lua script, so it is atomic on the server. Records are JSON
+strings with one Redis set per indexed field value; ``namespace`` prefixes every key so
+several platforms (or test runs) can share a server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from cascade.core.errors import StoreUnavailable
+from cascade.core.state import index_values
+
+T = TypeVar("T")
+
+_CAS = """
+local current = redis.call('GET', KEYS[1])
+if ARGV[1] == '0' then
+  if current then return 0 end
+elseif current ~= ARGV[2] then return 0 end
+if ARGV[3] == '0' then redis.call('DEL', KEYS[1]); return 1 end
+if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+else redis.call('SET', KEYS[1], ARGV[4]) end
+return 1
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisStore:
+    """A StateStore on a Redis server."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, namespace: str = "cascade") -> None:
+        self.url = url
+        self.ns = namespace
+        self._r = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3)
+        self._cas = self._r.register_script(_CAS)
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"redis {self.url}: {exc}") from exc
+
+    def _k(self, key: str) -> str:
+        return f"{self.ns}:kv:{key}"
+
+    def get(self, key: str) -> bytes | None:
+        return self._call(lambda: self._r.get(self._k(key)))  # type: ignore[return-value]
+
+    def put(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
+        px = None if ttl is None else max(1, int(ttl * 1000))
+        self._call(lambda: self._r.set(self._k(key), value, px=px))
+
+    def delete(self, key: str) -> bool:
+        return bool(self._call(lambda: self._r.delete(self._k(key))))
+
+    def cas(self, key: str, expected: bytes | None, new: bytes | None, *, ttl: float | None = None) -> bool:
+        px = 0 if ttl is None else max(1, int(ttl * 1000))
+        args = ["0" if expected is None else "1", expected or b"", "0" if new is None else "1", new or b"", px]
+        return bool(self._call(lambda: self._cas(keys=[self._k(key)], args=args)))
+
+    def ttl(self, key: str) -> float | None:
+        ms = int(self._call(lambda: self._r.pttl(self._k(key))))
+        return None if ms < 0 else ms / 1000.0
+
+    def _rec(self, kind: str, id: str) -> str:
+        return f"{self.ns}:rec:{kind}:{id}"
+
+    def _idx(self, kind: str, field: str, value: str) -> str:
+        return f"{self.ns}:idx:{kind}:{field}:{value}"
+
+    def _all(self, kind: str) -> str:
+        return f"{self.ns}:all:{kind}"
+
+    def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
+        key, fields_key = self._rec(kind, id), f"{self.ns}:recidx:{kind}:{id}"
+
+        def update(pipe: Any) -> None:
+            old = pipe.hgetall(fields_key)
+            pipe.multi()
+            for f, v in old.items():
+                pipe.srem(self._idx(kind, _text(f), _text(v)), id)
+            pipe.delete(fields_key)
+            new = index_values(doc, index)
+            for f, v in new.items():
+                pipe.sadd(self._idx(kind, f, v), id)
+            if new:
+                pipe.hset(fields_key, mapping=new)
+            pipe.set(key, json.dumps(dict(doc), separators=(",", ":")))
+            pipe.sadd(self._all(kind), id)
+
+        self._call(lambda: self._r.transaction(update, fields_key))
+
+    def get_record(self, kind: str, id: str) -> dict[str, Any] | None:
+        raw = self._call(lambda: self._r.get(self._rec(kind, id)))
+        return None if raw is None else json.loads(raw)
+
+    def find_records(self, kind: str, **where: str) -> list[dict[str, Any]]:
+        sets = [self._idx(kind, f, str(v)) for f, v in where.items()] or [self._all(kind)]
+        ids = sorted(_text(i) for i in self._call(lambda: self._r.sinter(sets)))
+        if not ids:
+            return []
+        raws = self._call(lambda: self._r.mget([self._rec(kind, i) for i in ids]))
+        return [json.loads(r) for r in raws if r is not None]
+
+    def delete_record(self, kind: str, id: str) -> bool:
+        fields_key = f"{self.ns}:recidx:{kind}:{id}"
+        old = self._call(lambda: self._r.hgetall(fields_key))
+        pipe = self._r.pipeline()
+        for f, v in old.items():
+            pipe.srem(self._idx(kind, _text(f), _text(v)), id)
+        pipe.delete(fields_key)
+        pipe.srem(self._all(kind), id)
+        pipe.delete(self._rec(kind, id))
+        return bool(self._call(pipe.execute)[-1])
+
+    def ping(self) -> None:
+        self._call(self._r.ping)
+
+    def close(self) -> None:
+        self._r.close()

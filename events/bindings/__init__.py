@@ -1,0 +1,1 @@
+"""Wire bindings of CloudEvents: Kafka records and HTTP requests, as pure functions."""

@@ -1,0 +1,86 @@
+"""CloudEvents <-> HTTP: binary (``ce-`` headers), structured and batch modes.
+
+Used by the gateway to read requests and by the dispatcher to deliver events and read
+replies. Errors are typed: :class:`UnsupportedMediaType` (HTTP 415) for content types no
+mode accepts, :class:`~cascade.core.errors.InvalidEvent` (HTTP 400) for malformed events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cloudevents import exceptions as ce_errors
+from cloudevents.conversion import to_dict
+from cloudevents.http import CloudEvent, from_dict, from_http
+
+from cascade.core.errors import InvalidEvent, InvalidInput
+
+STRUCTURED = "application/cloudevents+json"
+BATCH = "application/cloudevents-batch+json"
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A request whose content type is not a CloudEvents HTTP mode Cascade accepts."""
+
+
+def _content_type(headers: Mapping[str, str]) -> str:
+    for key, value in headers.items():
+        if key.lower() == "content-type":
+            return value.split(";")[0].strip().lower()
+    return ""
+
+
+def _one(attributes: Any) -> CloudEvent:
+    if not isinstance(attributes, dict):
+        raise InvalidEvent("a structured CloudEvent must be a JSON object")
+    try:
+        return from_dict(attributes)
+    except ce_errors.GenericException as exc:
+        raise InvalidEvent(str(exc)) from exc
+
+
+def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
+    """Events in an HTTP request: one for binary/structured, a list for batch mode."""
+    ctype = _content_type(headers)
+    if ctype.startswith("application/cloudevents-batch"):
+        try:
+            items = json.loads(body)
+        except ValueError as exc:
+            raise InvalidEvent(f"batch body is not JSON: {exc}") from exc
+        if not isinstance(items, list):
+            raise InvalidEvent("a CloudEvents batch must be a JSON array")
+        return [_one(item) for item in items]
+    if ctype == STRUCTURED:
+        try:
+            return [_one(json.loads(body))]
+        except ValueError as exc:
+            raise InvalidEvent(f"structured body is not JSON: {exc}") from exc
+    if any(k.lower() == "ce-specversion" for k in headers):
+        if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+            raise UnsupportedMediaType(f"content type {ctype!r} is not JSON", field="content-type")
+        try:
+            return [from_http(dict(headers), body)]
+        except ce_errors.GenericException as exc:
+            raise InvalidEvent(str(exc)) from exc
+    raise UnsupportedMediaType(
+        f"content type {ctype or '(none)'!r} is not a CloudEvents mode: send ce- headers with "
+        f"application/json, or {STRUCTURED}, or {BATCH}",
+        field="content-type",
+    )
+
+
+def to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
+    """Headers and body for binary mode (what the dispatcher sends subscribers)."""
+    headers = {f"ce-{k}": str(v) for k, v in event.get_attributes().items() if k != "datacontenttype"}
+    headers["content-type"] = str(event.get("datacontenttype") or "application/json")
+    return headers, json.dumps(event.get_data(), separators=(",", ":")).encode()
+
+
+def to_structured(event: CloudEvent) -> tuple[dict[str, str], bytes]:
+    return {"content-type": STRUCTURED}, json.dumps(to_dict(event), separators=(",", ":")).encode()
+
+
+def to_batch(events: Sequence[CloudEvent]) -> tuple[dict[str, str], bytes]:
+    return {"content-type": BATCH}, json.dumps([to_dict(e) for e in events], separators=(",", ":")).encode()

@@ -1,0 +1,232 @@
+"""The Kafka bus: kafka-python with an idempotent ``acks=all`` producer and manual commits.
+
+Topics are created on first use with the bus's partition count. Consumers never auto-commit:
+an :class:`~events.bus.offsets.AckTracker` decides the contiguous acknowledged prefix, which
+is committed every ``commit_interval`` seconds, when partitions are revoked and on close.
+A group that has no committed offset commits its starting position as soon as it gets a
+partition, so a consumer recreated under the same group resumes instead of skipping ahead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KTP
+from kafka.admin import NewTopic
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from cascade.core.errors import BusUnavailable
+from events.bindings.kafka import WireRecord
+from events.bus.base import BusBase, Position, Record, Start, TopicPartition
+from events.bus.offsets import AckTracker
+
+T = TypeVar("T")
+
+
+class KafkaBus(BusBase):
+    """An EventBus on Apache Kafka."""
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:9092",
+        *,
+        partitions: int = 4,
+        commit_interval: float = 0.5,
+        session_timeout: float = 10.0,
+        request_timeout: float = 10.0,
+        linger_ms: int = 0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.commit_interval = commit_interval
+        self.session_timeout = session_timeout
+        self.request_timeout = request_timeout
+        self.linger_ms = linger_ms
+        self._lock = threading.Lock()
+        self._producer: Any = None
+        self._admin: Any = None
+        self._topics: set[str] = set()
+
+    def _guard(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except KafkaError as exc:
+            raise BusUnavailable(f"kafka {self.bootstrap}: {what} failed: {exc!r}") from exc
+
+    def _client(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._producer is None:
+                ms = int(self.request_timeout * 1000)
+                self._producer = self._guard("connect", lambda: KafkaProducer(
+                    bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
+                    linger_ms=self.linger_ms, max_block_ms=ms, request_timeout_ms=ms,
+                    delivery_timeout_ms=ms + self.linger_ms + 1000, client_id="cascade-producer"))
+            if self._admin is None:
+                self._admin = self._guard("connect", lambda: KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap, request_timeout_ms=int(self.request_timeout * 1000),
+                    client_id="cascade-admin"))
+            return self._producer, self._admin
+
+    def ensure_topic(self, topic: str, partitions: int | None = None) -> None:
+        if topic in self._topics:
+            return
+        _, admin = self._client()
+        try:
+            admin.create_topics([NewTopic(topic, partitions or self.partitions, 1)])
+        except TopicAlreadyExistsError:
+            pass
+        except KafkaError as exc:
+            raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
+        self._topics.add(topic)
+
+    def append(self, topic: str, records: Sequence[WireRecord]) -> list[Position]:
+        self.ensure_topic(topic)
+        producer, _ = self._client()
+
+        def send() -> list[Position]:
+            futures = [producer.send(topic, key=r.key, value=r.value, headers=list(r.headers)) for r in records]
+            metas = [f.get(timeout=self.request_timeout + 2) for f in futures]
+            return [Position(m.topic, m.partition, m.offset) for m in metas]
+
+        return self._guard(f"publish to {topic}", send)
+
+    def subscribe(self, topics: Sequence[str], group: str, *, start: Start = "latest") -> KafkaGroupConsumer:
+        for topic in topics:
+            self.ensure_topic(topic)
+        return KafkaGroupConsumer(self, list(topics), group, start)
+
+    def _inspector(self, group: str | None) -> Any:
+        return self._guard("connect", lambda: KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False,
+            request_timeout_ms=int(self.request_timeout * 1000) + 1000))
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        self.ensure_topic(topic)
+        consumer = self._inspector(None)
+        try:
+            parts = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            ends = self._guard("end offsets", lambda: consumer.end_offsets(parts))
+            return {tp.partition: int(off) for tp, off in ends.items()}
+        finally:
+            consumer.close()
+
+    def committed(self, topic: str, group: str) -> dict[int, int]:
+        consumer = self._inspector(group)
+        try:
+            result: dict[int, int] = {}
+            for p in sorted(consumer.partitions_for_topic(topic) or ()):
+                off = self._guard("committed", lambda: consumer.committed(KTP(topic, p)))
+                if off is not None:
+                    result[p] = int(off)
+            return result
+        finally:
+            consumer.close()
+
+    def ping(self, timeout: float = 2.0) -> None:
+        _, admin = self._client()
+        self._guard("ping", admin.describe_cluster)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                self._producer.close(timeout=5)
+            if self._admin is not None:
+                self._admin.close()
+            self._producer = self._admin = None
+
+
+class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
+    """Runs on kafka-python's IO loop, so it must not call the consumer's blocking API."""
+
+    def __init__(self, member: KafkaGroupConsumer) -> None:
+        self.member = member
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        tps = [(tp.topic, tp.partition) for tp in revoked]
+        offsets = self.member._tracker.committable(tps)
+        if offsets:
+            coordinator = self.member._consumer._coordinator
+            await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
+            self.member._tracker.mark_committed(offsets)
+        self.member._tracker.forget(tps)
+
+    async def on_partitions_lost(self, lost: Any) -> None:
+        self.member._tracker.forget([(tp.topic, tp.partition) for tp in lost])
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.member._fresh.update(assigned)
+
+
+def _kafka_offsets(positions: dict[TopicPartition, int]) -> dict[Any, Any]:
+    return {KTP(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in positions.items()}
+
+
+class KafkaGroupConsumer:
+    """A consumer-group member on Kafka with contiguous-prefix commits."""
+
+    def __init__(self, bus: KafkaBus, topics: list[str], group: str, start: Start) -> None:
+        self.bus, self.group = bus, group
+        self._tracker = AckTracker()
+        ms = int(bus.session_timeout * 1000)
+        self._consumer = bus._guard("connect", lambda: KafkaConsumer(
+            bootstrap_servers=bus.bootstrap, group_id=group, enable_auto_commit=False,
+            auto_offset_reset=start, session_timeout_ms=ms, heartbeat_interval_ms=max(ms // 5, 100),
+            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}"))
+        self._fresh: set[Any] = set()  # partitions assigned since the last poll
+        self._consumer.subscribe(topics, listener=_Listener(self))
+        self._last_commit = time.monotonic()
+
+    def _commit_start_positions(self, first: dict[Any, int]) -> None:
+        """Commit where a group with no committed offset starts, so a restart resumes there."""
+        fresh, self._fresh = self._fresh, set()
+        start: dict[Any, Any] = {}
+        for tp in fresh:
+            if self._consumer.committed(tp) is None:
+                position = first.get(tp)
+                start[tp] = OffsetAndMetadata(self._consumer.position(tp) if position is None else position, "", -1)
+        if start:
+            self._consumer.commit(start)
+
+    def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        if time.monotonic() - self._last_commit >= self.bus.commit_interval:
+            self.commit()
+        batch = self.bus._guard("poll", lambda: self._consumer.poll(
+            timeout_ms=int(timeout * 1000), max_records=max_records))
+        if self._fresh:
+            self.bus._guard("commit start", lambda: self._commit_start_positions(
+                {tp: msgs[0].offset for tp, msgs in batch.items() if msgs}))
+        out: list[Record] = []
+        for msgs in batch.values():
+            for m in msgs:
+                out.append(Record(m.topic, m.partition, m.offset, m.key, tuple(m.headers or ()),
+                                  m.value or b"", m.timestamp / 1000.0))
+                self._tracker.delivered((m.topic, m.partition), m.offset)
+        return out
+
+    def ack(self, record: Record) -> None:
+        self._tracker.ack(record.tp, record.offset)
+
+    def _commit(self, tps: list[TopicPartition] | None = None) -> None:
+        positions = self._tracker.committable(tps)
+        if positions:
+            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions)))
+            self._tracker.mark_committed(positions)
+        self._last_commit = time.monotonic()
+
+    def commit(self) -> None:
+        self._commit(list(self.assignment()))
+
+    def assignment(self) -> set[TopicPartition]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def close(self) -> None:
+        try:
+            self.commit()
+        finally:
+            self._consumer.close(autocommit=False)

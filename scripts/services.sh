@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Starts (or stops) the real services Cascade's tests and its non-embedded mode use:
+#   Apache Kafka 4.x, one KRaft node on 127.0.0.1:9092, fetched from Maven Central by scripts/kafka/pom.xml
+#   Debian's redis-server on 127.0.0.1:6379
+# Idempotent: a service that already answers is left alone; jars are cached in .cache/kafka/jars.
+# Usage: scripts/services.sh [start|stop|status]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache="${CASCADE_SERVICES_DIR:-$root/.cache}"
+kdir="$cache/kafka"; jars="$kdir/jars"; data="$kdir/data"
+kafka_port=9092; controller_port=9093; redis_port=6379
+cluster_id="Q2FzY2FkZUxvY2FsS2Fma2E"   # any 16 bytes, base64url: one fixed local cluster
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() {  # wait_for NAME SECONDS COMMAND...
+  local name=$1 secs=$2; shift 2
+  for _ in $(seq 1 $((secs * 5))); do "$@" && return 0; sleep 0.2; done
+  echo "services: $name did not answer within ${secs}s" >&2; return 1
+}
+
+kafka_ready() { port_open $kafka_port && grep -q "Kafka Server started" "$kdir/server.log" 2>/dev/null; }
+
+fetch_kafka() {
+  [ -n "$(ls "$jars"/kafka_2.13-*.jar 2>/dev/null)" ] && return 0
+  echo "services: fetching Kafka jars from Maven Central into $jars"
+  mkdir -p "$jars"
+  mvn -q -B -f "$root/scripts/kafka/pom.xml" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$jars"
+}
+
+write_kafka_config() {
+  mkdir -p "$kdir"
+  cat > "$kdir/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$kafka_port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$kafka_port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$data
+num.partitions=1
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+delete.topic.enable=true
+PROPS
+  cat > "$kdir/log4j2.properties" <<PROPS
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName=$kdir/server.log
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=[%d] %p %m (%c)%n
+rootLogger.level=INFO
+rootLogger.appenderRef.file.ref=file
+logger.kafka.name=kafka
+logger.kafka.level=INFO
+logger.state.name=state.change.logger
+logger.state.level=WARN
+PROPS
+}
+
+start_kafka() {
+  if kafka_ready || port_open $kafka_port; then echo "services: kafka already on 127.0.0.1:$kafka_port"; return 0; fi
+  command -v java >/dev/null || { echo "services: Java 17 is needed for Kafka (apt-get install -y openjdk-17-jre-headless)" >&2; exit 1; }
+  command -v mvn >/dev/null || { echo "services: Maven is needed to fetch Kafka (apt-get install -y maven)" >&2; exit 1; }
+  fetch_kafka
+  write_kafka_config
+  if [ ! -f "$data/meta.properties" ]; then
+    java -cp "$jars/*" -Dlog4j2.configurationFile="$kdir/log4j2.properties" kafka.tools.StorageTool format \
+      -t "$cluster_id" -c "$kdir/server.properties" --ignore-formatted >/dev/null
+  fi
+  : > "$kdir/server.log"
+  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+      -Dlog4j2.configurationFile="$kdir/log4j2.properties" \
+      -cp "$jars/*" kafka.Kafka "$kdir/server.properties" > "$kdir/stdout.log" 2>&1 &
+  echo $! > "$kdir/pid"
+  if ! wait_for kafka 90 kafka_ready; then tail -30 "$kdir/server.log" "$kdir/stdout.log" >&2; exit 1; fi
+  echo "services: kafka up on 127.0.0.1:$kafka_port (log: $kdir/server.log)"
+}
+
+start_redis() {
+  if port_open $redis_port; then echo "services: redis already on 127.0.0.1:$redis_port"; return 0; fi
+  if ! command -v redis-server >/dev/null; then
+    echo "services: installing Debian's redis-server"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
+  fi
+  redis-server --daemonize yes --bind 127.0.0.1 --port $redis_port --save "" --appendonly no \
+      --logfile "$cache/redis.log" --pidfile "$cache/redis.pid" >/dev/null
+  wait_for redis 20 sh -c "[ \"\$(redis-cli -p $redis_port ping 2>/dev/null)\" = PONG ]"
+  echo "services: redis up on 127.0.0.1:$redis_port"
+}
+
+stop_all() {
+  if [ -f "$kdir/pid" ]; then kill "$(cat "$kdir/pid")" 2>/dev/null || true; rm -f "$kdir/pid"; fi
+  if port_open $redis_port; then redis-cli -p $redis_port shutdown nosave >/dev/null 2>&1 || true; fi
+  for _ in $(seq 1 100); do port_open $kafka_port || break; sleep 0.2; done
+  echo "services: stopped"
+}
+
+mkdir -p "$cache"
+case "${1:-start}" in
+  start) start_redis; start_kafka ;;
+  stop) stop_all ;;
+  status) port_open $kafka_port && echo "kafka: up" || echo "kafka: down"
+          port_open $redis_port && echo "redis: up" || echo "redis: down" ;;
+  *) echo "usage: $0 [start|stop|status]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need into .venv, starts the real
+# Kafka and Redis (scripts/services.sh), and runs the whole test suite. Extra arguments go
+# to pytest (e.g. scripts/test.sh tests/unit -x).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+scripts/services.sh start
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,170 @@
+"""The EventBus contract, written once and run against the embedded log and real Kafka."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from cascade.core.errors import InvalidEvent
+from events.bindings.kafka import WireRecord
+from events.bus import EventBus, Record
+from events.envelope import new_event
+from tests.conftest import BUS_OPTIONS, bus_url, drain, make_bus, wait_assigned
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cancelled(job: str, n: int = 0) -> object:
+    return new_event("job.cancelled", {"jobId": job, "reason": str(n)}, source="/tests", partitionkey=job)
+
+
+class TestBusContract:
+    def test_round_trip_keeps_attributes_data_and_key(self, bus: EventBus, topic: str, group: str) -> None:
+        event = new_event("dataset.uploaded", {"dataset": "d1", "uri": "s3://b/k", "size": 7, "origin": "minio"},
+                          source="/tests", partitionkey="d1", extensions={"traceparent": "00-abc-def-01"})
+        position = bus.publish(topic, event)
+        consumer = bus.subscribe([topic], group, start="earliest")
+        [record] = drain(consumer, 1)
+        consumer.close()
+        assert (record.topic, record.partition, record.offset) == (position.topic, position.partition, position.offset)
+        assert record.key == b"d1"
+        got = record.event()
+        assert got.get_attributes() == event.get_attributes()
+        assert got.get_data() == event.get_data()
+
+    def test_order_is_kept_per_key(self, bus: EventBus, topic: str, group: str) -> None:
+        events = [cancelled(f"job-{i % 5}", i) for i in range(60)]
+        positions = bus.publish_many(topic, events)
+        by_key: dict[str, set[int]] = defaultdict(set)
+        for event, pos in zip(events, positions):
+            by_key[event["partitionkey"]].add(pos.partition)
+        assert all(len(parts) == 1 for parts in by_key.values()), "one key, one partition"
+        consumer = bus.subscribe([topic], group, start="earliest")
+        records = drain(consumer, 60)
+        consumer.close()
+        seen: dict[str, list[int]] = defaultdict(list)
+        for record in records:
+            e = record.event()
+            seen[e["partitionkey"]].append(int(e.get_data()["reason"]))
+        assert {k: v for k, v in seen.items()} == {f"job-{k}": list(range(k, 60, 5)) for k in range(5)}
+
+    def test_group_members_share_partitions(self, bus: EventBus, topic: str, group: str) -> None:
+        bus.ensure_topic(topic, 4)
+        first = bus.subscribe([topic], group, start="earliest")
+        second = bus.subscribe([topic], group, start="earliest")
+        received: dict[str, list[Record]] = {"first": [], "second": []}
+        stop = threading.Event()
+
+        def run(name: str, consumer: object) -> None:
+            while not stop.is_set():
+                for r in consumer.poll(0.1):  # type: ignore[attr-defined]
+                    consumer.ack(r)  # type: ignore[attr-defined]
+                    received[name].append(r)
+
+        threads = [threading.Thread(target=run, args=(n, c)) for n, c in (("first", first), ("second", second))]
+        for t in threads:
+            t.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not (first.assignment() and second.assignment()
+                       and len(first.assignment() | second.assignment()) == 4):
+                assert time.monotonic() < deadline, "group never split the partitions"
+                time.sleep(0.1)
+            assert not (first.assignment() & second.assignment()), "a partition has two owners"
+            bus.publish_many(topic, [cancelled(f"job-{i}", i) for i in range(200)])
+            while len(received["first"]) + len(received["second"]) < 200:
+                assert time.monotonic() < deadline + 30, "events went missing"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            first.close()
+            second.close()
+        offsets = [(r.partition, r.offset) for r in received["first"] + received["second"]]
+        assert len(offsets) == len(set(offsets)) == 200, "each event went to exactly one member"
+        assert received["first"] and received["second"], "both members did work"
+
+    def test_uncommitted_events_are_redelivered_after_a_consumer_dies(
+        self, bus: EventBus, bus_kind: str, tmp_path: Path, topic: str, group: str
+    ) -> None:
+        bus.ensure_topic(topic, 1)
+        bus.publish_many(topic, [cancelled("job-x", i) for i in range(20)])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.crashing_consumer", bus_url(bus_kind, tmp_path), topic, group,
+             "20", "8", json.dumps(BUS_OPTIONS[bus_kind])],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert proc.stdout is not None
+            lines = [proc.stdout.readline().strip() for _ in range(2)]
+            assert lines == ["READY", "GOT 20"], lines
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        assert bus.committed(topic, group) == {0: 8}
+        survivor = bus.subscribe([topic], group, start="earliest")
+        records = drain(survivor, 12, timeout=60)
+        assert survivor.poll(1.0) == [], "nothing beyond the unacknowledged events"
+        survivor.close()
+        assert [int(r.event().get_data()["reason"]) for r in records] == list(range(8, 20))
+
+    def test_nothing_is_lost_across_a_restart(self, bus_kind: str, tmp_path: Path, topic: str, group: str) -> None:
+        first = make_bus(bus_kind, tmp_path)
+        first.publish_many(topic, [cancelled(f"job-{i}", i) for i in range(50)])
+        first.close()
+        second = make_bus(bus_kind, tmp_path)
+        consumer = second.subscribe([topic], group, start="earliest")
+        records = drain(consumer, 50)
+        consumer.close()
+        second.close()
+        assert sorted(int(r.event().get_data()["reason"]) for r in records) == list(range(50))
+
+    def test_only_the_contiguous_acknowledged_prefix_is_committed(self, bus: EventBus, topic: str, group: str) -> None:
+        bus.ensure_topic(topic, 1)
+        bus.publish_many(topic, [cancelled("job-a", i) for i in range(5)])
+        consumer = bus.subscribe([topic], group, start="earliest")
+        records = drain(consumer, 5, ack=False)
+        for i in (0, 1, 3, 4):
+            consumer.ack(records[i])
+        consumer.commit()
+        assert bus.committed(topic, group) == {0: 2}, "offset 2 is unfinished, so nothing past it"
+        consumer.ack(records[2])
+        consumer.commit()
+        assert bus.committed(topic, group) == {0: 5}
+        consumer.close()
+
+    def test_a_new_group_at_latest_commits_its_start_and_resumes_there(
+        self, bus: EventBus, topic: str, group: str
+    ) -> None:
+        bus.ensure_topic(topic, 2)
+        bus.publish_many(topic, [cancelled(f"old-{i}", i) for i in range(6)])
+        consumer = bus.subscribe([topic], group, start="latest")
+        wait_assigned(consumer)
+        consumer.close()
+        assert bus.committed(topic, group) == bus.end_offsets(topic)
+        bus.publish_many(topic, [cancelled(f"new-{i}", 100 + i) for i in range(3)])
+        recreated = bus.subscribe([topic], group, start="latest")
+        records = drain(recreated, 3)
+        recreated.close()
+        assert sorted(int(r.event().get_data()["reason"]) for r in records) == [100, 101, 102]
+
+    def test_a_record_that_is_not_a_cloudevent_is_delivered_and_fails_to_decode(
+        self, bus: EventBus, topic: str, group: str
+    ) -> None:
+        bus.append(topic, [WireRecord(b"k", (("content-type", b"text/plain"),), b"\xff not an event")])
+        consumer = bus.subscribe([topic], group, start="earliest")
+        [record] = drain(consumer, 1)
+        consumer.close()
+        with pytest.raises(InvalidEvent):
+            record.event()
+        with pytest.raises(ValueError):  # typed errors are ValueErrors too
+            record.event()

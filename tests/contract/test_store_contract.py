@@ -1,0 +1,123 @@
+"""The StateStore contract, written once and run against SQLite and real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from cascade.core.idempotency import Claim, Idempotency
+from cascade.core.state import StateStore
+from cascade.core.state_redis import RedisStore
+from cascade.core.state_sqlite import SqliteStore
+
+
+def twin(store: StateStore) -> StateStore:
+    """A second, independent connection to the same store (another worker's view)."""
+    if isinstance(store, SqliteStore):
+        return SqliteStore(store.path)
+    assert isinstance(store, RedisStore)
+    return RedisStore(store.url, namespace=store.ns)
+
+
+class TestStoreContract:
+    def test_put_get_delete(self, store: StateStore) -> None:
+        assert store.get("a") is None
+        store.put("a", b"1")
+        assert store.get("a") == b"1"
+        store.put("a", b"2")
+        assert store.get("a") == b"2"
+        assert store.delete("a") is True
+        assert store.delete("a") is False
+        assert store.get("a") is None
+
+    def test_keys_expire_after_their_ttl(self, store: StateStore) -> None:
+        store.put("short", b"x", ttl=0.3)
+        store.put("forever", b"y")
+        remaining = store.ttl("short")
+        assert remaining is not None and 0 < remaining <= 0.3
+        assert store.ttl("forever") is None
+        assert store.get("short") == b"x"
+        time.sleep(0.45)
+        assert store.get("short") is None
+        assert store.ttl("short") is None
+        assert store.get("forever") == b"y"
+        assert store.cas("short", None, b"again"), "an expired key counts as absent"
+
+    def test_compare_and_set(self, store: StateStore) -> None:
+        assert store.cas("k", None, b"v1") is True
+        assert store.cas("k", None, b"v2") is False, "expected absent, but it exists"
+        assert store.cas("k", b"wrong", b"v2") is False
+        assert store.get("k") == b"v1"
+        assert store.cas("k", b"v1", b"v2") is True
+        assert store.cas("k", b"v2", None) is True, "None deletes"
+        assert store.get("k") is None
+
+    def test_compare_and_set_race_loses_no_update(self, store: StateStore) -> None:
+        workers, rounds = 6, 40
+        store.put("counter", b"0")
+
+        def bump() -> None:
+            mine = twin(store)
+            for _ in range(rounds):
+                while True:
+                    current = mine.get("counter")
+                    assert current is not None
+                    if mine.cas("counter", current, str(int(current) + 1).encode()):
+                        break
+            mine.close()
+
+        threads = [threading.Thread(target=bump) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert store.get("counter") == str(workers * rounds).encode()
+
+    def test_only_one_of_many_racing_claims_wins(self, store: StateStore) -> None:
+        winners: list[int] = []
+        barrier = threading.Barrier(8)
+
+        def claim(i: int) -> None:
+            mine = twin(store)
+            barrier.wait()
+            if mine.cas("claim", None, str(i).encode(), ttl=30):
+                winners.append(i)
+            mine.close()
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(winners) == 1
+        assert store.get("claim") == str(winners[0]).encode()
+
+    def test_records_are_found_by_indexed_fields(self, store: StateStore) -> None:
+        store.put_record("job", "j1", {"id": "j1", "status": "running", "project": "a"}, index=("status", "project"))
+        store.put_record("job", "j2", {"id": "j2", "status": "running", "project": "b"}, index=("status", "project"))
+        store.put_record("job", "j3", {"id": "j3", "status": "failed", "project": "a"}, index=("status", "project"))
+        assert [r["id"] for r in store.find_records("job")] == ["j1", "j2", "j3"]
+        assert [r["id"] for r in store.find_records("job", status="running")] == ["j1", "j2"]
+        assert [r["id"] for r in store.find_records("job", status="running", project="a")] == ["j1"]
+        store.put_record("job", "j1", {"id": "j1", "status": "succeeded", "project": "a"}, index=("status", "project"))
+        assert [r["id"] for r in store.find_records("job", status="running")] == ["j2"], "old index entry gone"
+        assert store.get_record("job", "j1") == {"id": "j1", "status": "succeeded", "project": "a"}
+        assert store.delete_record("job", "j2") is True
+        assert store.get_record("job", "j2") is None
+        assert store.find_records("job", project="b") == []
+        assert store.find_records("model") == []
+
+    def test_idempotency_claims(self, store: StateStore) -> None:
+        idem = Idempotency(store, "trigger-a", claim_ttl=0.3)
+        other = Idempotency(twin(store), "trigger-a", claim_ttl=0.3)
+        assert idem.claim("/src", "e1") is Claim.ACQUIRED
+        assert other.claim("/src", "e1") is Claim.BUSY
+        time.sleep(0.45)  # the first claimant "crashed": its claim expires
+        assert other.claim("/src", "e1") is Claim.ACQUIRED
+        other.complete("/src", "e1")
+        assert idem.claim("/src", "e1") is Claim.DONE
+        assert Idempotency(store, "trigger-b").claim("/src", "e1") is Claim.ACQUIRED, "scopes are separate"
+        assert idem.claim("/src", "e2") is Claim.ACQUIRED
+        idem.release("/src", "e2")
+        assert other.claim("/src", "e2") is Claim.ACQUIRED, "a released claim can be taken again"

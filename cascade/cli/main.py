@@ -1,15 +1,208 @@
-"""Entry point of the ``cascade`` console script."""
+"""The ``cascade`` command line: run the platform's parts and talk to a running one."""
 
 from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
 
 from cascade import __version__
+from cascade.cli import wiring
+from cascade.core.errors import CascadeError
+from cascade.core.settings import Settings
 
-app = typer.Typer(help="Cascade: event-driven, serverless ML.", no_args_is_help=True)
+app = typer.Typer(help="Cascade: event-driven, serverless ML.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+projects_app = typer.Typer(help="Projects (one namespace, quota and set of tokens each).", no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens of a project.", no_args_is_help=True)
+events_app = typer.Typer(help="Look at the events on the bus.", no_args_is_help=True)
+app.add_typer(projects_app, name="projects")
+app.add_typer(tokens_app, name="tokens")
+app.add_typer(events_app, name="events")
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's message names the bad variable
+        fail(f"bad configuration: {exc}")
+        raise
 
 
 @app.command()
 def version() -> None:
     """Print Cascade's version."""
     typer.echo(__version__)
+
+
+@app.command()
+def up(
+    host: Annotated[Optional[str], typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Gateway port.")] = None,
+    bus: Annotated[Optional[str], typer.Option(help="kafka://HOST:PORT (default: embedded SQLite log).")] = None,
+    state: Annotated[Optional[str], typer.Option(help="redis://HOST:PORT/DB (default: SQLite).")] = None,
+) -> None:
+    """Run the platform on this machine (embedded bus and state unless told otherwise)."""
+    cfg = settings()
+    if bus:
+        cfg.bus.url = bus
+    if state:
+        cfg.state.url = state
+    serve_gateway(cfg, host, port, announce=True)
+
+
+@app.command()
+def gateway(
+    host: Annotated[Optional[str], typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port to listen on.")] = None,
+) -> None:
+    """Serve the event gateway (webhooks, /events, /v1/jobs)."""
+    serve_gateway(settings(), host, port, announce=False)
+
+
+def serve_gateway(cfg: Settings, host: str | None, port: int | None, *, announce: bool) -> None:
+    import uvicorn
+
+    from events.gateway import create_app
+
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    try:
+        state = wiring.store(cfg)
+        bus = wiring.bus(cfg)
+        bus.ensure_topic(cfg.bus.topic)
+    except CascadeError as exc:
+        fail(f"{exc} (start Kafka and Redis with scripts/services.sh start, or drop --bus/--state)")
+        raise
+    token = wiring.bootstrap_default_project(cfg, state)
+    host, port = host or cfg.gateway.host, port or cfg.gateway.port
+    if announce:
+        typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
+        typer.echo(f"  gateway  http://{host}:{port}  (OpenAPI: /docs)")
+        typer.echo(f"  bus      {cfg.bus_url}")
+        typer.echo(f"  state    {cfg.state_url}")
+        if token:
+            typer.echo(f"  token    {token}  (project 'default'; saved to {wiring.token_path(cfg)})")
+    uvicorn.run(create_app(bus, state, cfg.gateway, cfg.bus.topic), host=host, port=port, log_level="warning")
+
+
+@projects_app.command("create")
+def projects_create(name: str) -> None:
+    """Create a project."""
+    from events.gateway.tokens import Projects
+
+    try:
+        Projects(wiring.store(settings())).create_project(name)
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"project {name} created; make a token with: cascade tokens create {name}")
+
+
+@projects_app.command("ls")
+def projects_ls() -> None:
+    """List projects."""
+    from events.gateway.tokens import Projects
+
+    for project in Projects(wiring.store(settings())).list_projects():
+        typer.echo(project["name"])
+
+
+@tokens_app.command("create")
+def tokens_create(project: str, description: Annotated[str, typer.Option(help="What the token is for.")] = "") -> None:
+    """Create an API token for PROJECT; it is printed once and stored only as a hash."""
+    from events.gateway.tokens import Projects
+
+    try:
+        typer.echo(Projects(wiring.store(settings())).create_token(project, description))
+    except CascadeError as exc:
+        fail(str(exc))
+
+
+def _load_data(data: str) -> Any:
+    text = Path(data[1:]).read_text() if data.startswith("@") else data
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail(f"--data is not JSON ({exc}); pass a JSON object or @file.json")
+
+
+@app.command()
+def emit(
+    type: Annotated[str, typer.Argument(help="Event type or family, e.g. dataset.uploaded")],
+    data: Annotated[str, typer.Option(help="JSON object, or @file.json")],
+    source: Annotated[str, typer.Option(help="The event's source.")] = "/cascade/cli",
+    key: Annotated[Optional[str], typer.Option(help="partitionkey (events with one key stay ordered).")] = None,
+    gateway_url: Annotated[Optional[str], typer.Option("--gateway", help="Gateway URL.")] = None,
+    token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token.")] = None,
+) -> None:
+    """Publish one event through the gateway (validated there, like any client's)."""
+    import httpx
+
+    from events.bindings.http import to_binary
+    from events.envelope import new_event
+
+    cfg = settings()
+    try:
+        event = new_event(type, _load_data(data), source=source, partitionkey=key)
+    except CascadeError as exc:
+        fail(f"{exc} (see schemas/ for each type's fields)")
+        raise
+    token = token or wiring.saved_token(cfg)
+    if not token:
+        fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
+    url = gateway_url or f"http://{cfg.gateway.host}:{cfg.gateway.port}"
+    headers, body = to_binary(event)
+    try:
+        reply = httpx.post(f"{url}/events", headers={**headers, "authorization": f"Bearer {token}"}, content=body)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
+        raise
+    if reply.status_code != 202:
+        fail(f"{reply.status_code}: {reply.text}")
+    typer.echo(f"published {event['type']} id={event['id']}")
+
+
+@events_app.command("tail")
+def events_tail(
+    type: Annotated[Optional[list[str]], typer.Option("--type", help="Only these types (prefix match).")] = None,
+    from_beginning: Annotated[bool, typer.Option(help="Start at the oldest event.")] = False,
+    count: Annotated[int, typer.Option(help="Stop after this many events (0: never).")] = 0,
+) -> None:
+    """Show events as they land on the bus."""
+    import uuid
+
+    from rich.console import Console
+
+    cfg = settings()
+    console = Console(file=sys.stdout, highlight=False)
+    consumer = wiring.bus(cfg).subscribe([cfg.bus.topic], f"cascade-tail-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+                                         start="earliest" if from_beginning else "latest")
+    shown = 0
+    try:
+        while not count or shown < count:
+            for record in consumer.poll(0.5):
+                consumer.ack(record)
+                try:
+                    event = record.event()
+                except CascadeError as exc:
+                    console.print(f"[red]undecodable record {record.partition}/{record.offset}: {exc}[/red]")
+                    continue
+                short = str(event["type"]).removeprefix("io.cascade.")
+                if type and not any(short.startswith(t) or event["type"].startswith(t) for t in type):
+                    continue
+                console.print(f"[dim]{event.get('time', '')}[/dim] [bold cyan]{short}[/bold cyan] "
+                              f"[yellow]{event.get('subject') or event.get('partitionkey') or ''}[/yellow] "
+                              f"{json.dumps(event.get_data(), separators=(',', ':'))[:200]}")
+                shown += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()

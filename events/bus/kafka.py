@@ -66,10 +66,11 @@ class KafkaBus(BusBase):
                 self._producer = self._guard("connect", lambda: KafkaProducer(
                     bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                     linger_ms=self.linger_ms, max_block_ms=ms, request_timeout_ms=ms,
-                    delivery_timeout_ms=ms + self.linger_ms + 1000, client_id="cascade-producer"))
+                    delivery_timeout_ms=ms + self.linger_ms + 1000, bootstrap_timeout_ms=ms,
+                    client_id="cascade-producer"))
             if self._admin is None:
                 self._admin = self._guard("connect", lambda: KafkaAdminClient(
-                    bootstrap_servers=self.bootstrap, request_timeout_ms=int(self.request_timeout * 1000),
+                    bootstrap_servers=self.bootstrap, request_timeout_ms=ms, bootstrap_timeout_ms=ms,
                     client_id="cascade-admin"))
             return self._producer, self._admin
 
@@ -104,7 +105,8 @@ class KafkaBus(BusBase):
     def _inspector(self, group: str | None) -> Any:
         return self._guard("connect", lambda: KafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=group, enable_auto_commit=False,
-            request_timeout_ms=int(self.request_timeout * 1000) + 1000))
+            request_timeout_ms=int(self.request_timeout * 1000) + 1000,
+            bootstrap_timeout_ms=int(self.request_timeout * 1000)))
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         self.ensure_topic(topic)
@@ -177,7 +179,8 @@ class KafkaGroupConsumer:
         self._consumer = bus._guard("connect", lambda: KafkaConsumer(
             bootstrap_servers=bus.bootstrap, group_id=group, enable_auto_commit=False,
             auto_offset_reset=start, session_timeout_ms=ms, heartbeat_interval_ms=max(ms // 5, 100),
-            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}"))
+            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}",
+            bootstrap_timeout_ms=int(bus.request_timeout * 1000)))
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
         self._consumer.subscribe(topics, listener=_Listener(self))
         self._last_commit = time.monotonic()

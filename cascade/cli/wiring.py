@@ -1,0 +1,46 @@
+"""Build the platform's parts from settings: the only place that picks implementations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cascade.core.settings import Settings
+from cascade.core.state import StateStore, open_store
+from events.bus import EventBus, open_bus
+from events.gateway.tokens import Projects
+
+TOKEN_FILE = "token"
+
+
+def bus(settings: Settings) -> EventBus:
+    return open_bus(settings.bus_url, partitions=settings.bus.partitions)
+
+
+def store(settings: Settings) -> StateStore:
+    return open_store(settings.state_url)
+
+
+def token_path(settings: Settings) -> Path:
+    return settings.home / TOKEN_FILE
+
+
+def bootstrap_default_project(settings: Settings, state: StateStore) -> str | None:
+    """On a fresh home, create project ``default`` and a token saved to ``HOME/token``.
+
+    Returns the new token, or None when the home already has one.
+    """
+    path = token_path(settings)
+    if path.exists():
+        return None
+    projects = Projects(state)
+    projects.create_project("default")
+    token = projects.create_token("default", "created by cascade up")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+def saved_token(settings: Settings) -> str | None:
+    path = token_path(settings)
+    return path.read_text().strip() if path.exists() else None

@@ -1,0 +1,95 @@
+"""Cascade's settings, one group per plane, each field documented where it is declared.
+
+Values come from (highest first) keyword arguments, ``CASCADE_*`` environment variables
+(nested with ``__``, e.g. ``CASCADE_GATEWAY__PORT=8080``), a YAML file named by
+``CASCADE_CONFIG``, and the defaults below, which are the embedded laptop setup: SQLite bus
+and state under ``CASCADE_HOME`` (``./.cascade``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class GatewaySettings(BaseModel):
+    host: str = "127.0.0.1"
+    """Address the gateway listens on."""
+    port: int = 8070
+    """Port of the event gateway (webhooks, /events, /v1/jobs)."""
+    max_body_bytes: int = 1 << 20
+    """Largest request body accepted; larger ones get HTTP 413."""
+    rate_per_second: float = 1000.0
+    """Events a project may publish per second (token bucket refill rate)."""
+    burst: int = 2000
+    """Token bucket size: how many events a project may send at once."""
+    cvat_secret: str = ""
+    """Shared secret CVAT signs webhook bodies with (X-Signature-256); empty disables /webhooks/cvat."""
+    dedup_ttl_seconds: float = 86400.0
+    """How long a webhook delivery id is remembered, so a retried delivery is not published twice."""
+
+
+class BusSettings(BaseModel):
+    url: str = ""
+    """``kafka://host:port`` or ``embedded:///path/bus.db``; empty means ``embedded://CASCADE_HOME/bus.db``."""
+    topic: str = "cascade.events"
+    """The broker topic every event is published to (Knative's Kafka Broker also uses one)."""
+    partitions: int = 4
+    """Partitions of topics Cascade creates."""
+
+
+class StateSettings(BaseModel):
+    url: str = ""
+    """``redis://host:port/db`` or ``sqlite:///path/state.db``; empty means SQLite under CASCADE_HOME."""
+
+
+class Settings(BaseSettings):
+    """Everything configurable, grouped by plane."""
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_", env_nested_delimiter="__", extra="ignore")
+
+    home: Path = Path(".cascade")
+    """Where embedded data lives: bus log, state, artifacts, function sources."""
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    bus: BusSettings = Field(default_factory=BusSettings)
+    state: StateSettings = Field(default_factory=StateSettings)
+
+    @property
+    def bus_url(self) -> str:
+        return self.bus.url or f"embedded://{(self.home / 'bus.db').resolve()}"
+
+    @property
+    def state_url(self) -> str:
+        return self.state.url or f"sqlite://{(self.home / 'state.db').resolve()}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by ``CASCADE_CONFIG`` (if any)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("CASCADE_CONFIG")
+        if not path:
+            return {}
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the configuration file must be a YAML mapping")
+        return data

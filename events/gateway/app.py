@@ -1,0 +1,207 @@
+"""The gateway's FastAPI application: routes, authentication, limits, publishing.
+
+Every accepted request answers 202 only after its events are durably on the bus; a bus
+outage answers 503 with Retry-After and nothing is published. A rejected batch publishes
+nothing. See ``docs/gateway.md`` for the endpoints and their error bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cloudevents.http import CloudEvent
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from cascade.core.errors import CascadeError, InvalidInput, RetryableError
+from cascade.core.settings import GatewaySettings
+from cascade.core.state import StateStore
+from events.bindings import http as ce_http
+from events.bus import EventBus
+from events.envelope import check_event
+from events.gateway import webhooks
+from events.gateway.errors import Forbidden, TooLarge, Unauthorized, problem
+from events.gateway.jobs import Jobs
+from events.gateway.metrics import GatewayMetrics
+from events.gateway.ratelimit import RateLimiter
+from events.gateway.tokens import Projects
+
+_PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
+    "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}, "schema": {"type": "string"}}}}}
+ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "Durably on the bus"},
+    **{code: {"description": text, "content": _PROBLEM} for code, text in [
+        (400, "Malformed request or CloudEvent"), (401, "Missing or wrong token or signature"),
+        (403, "Token used outside its project"), (413, "Body over the size limit"),
+        (415, "Content type is not a CloudEvents mode"), (422, "Data does not match its schema"),
+        (429, "Project over its rate limit"), (503, "Bus unavailable; nothing was stored")]},
+}
+
+
+def _body_doc(*types: str) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {t: {"schema": {"type": "object"}} for t in types}}}
+
+
+class Gateway:
+    """What the routes share: bus, store, limits, metrics."""
+
+    def __init__(self, bus: EventBus, store: StateStore, settings: GatewaySettings, topic: str) -> None:
+        self.bus, self.store, self.settings, self.topic = bus, store, settings, topic
+        self.projects = Projects(store)
+        self.limiter = RateLimiter(settings.rate_per_second, settings.burst)
+        self.metrics = GatewayMetrics()
+        self.jobs = Jobs(store)
+
+    async def body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        limit = self.settings.max_body_bytes
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise TooLarge(f"body of {declared} bytes is over the {limit}-byte limit", field="content-length")
+        body = await request.body()
+        if len(body) > limit:
+            raise TooLarge(f"body of {len(body)} bytes is over the {limit}-byte limit", field="content-length")
+        return body
+
+    def project(self, request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not token.strip():
+            raise Unauthorized("send 'Authorization: Bearer <token>' (create one with: cascade tokens create PROJECT)",
+                               field="authorization")
+        project = self.projects.project_for(token.strip())
+        if project is None:
+            raise Unauthorized("unknown or revoked token", field="authorization")
+        return project
+
+    @staticmethod
+    def json(body: bytes) -> Any:
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise InvalidInput(f"body is not JSON: {exc}", field="/") from exc
+
+    async def publish(self, route: str, project: str, events: Sequence[CloudEvent], *, dedup: bool = False) -> dict[str, Any]:
+        """Rate-limit, drop already-published webhook deliveries, publish, then answer."""
+        if dedup:
+            fresh = [e for e in events if self.store.get(f"gw:dedup:{e['source']}:{e['id']}") is None]
+        else:
+            fresh = list(events)
+        self.limiter.take(project, max(1, len(fresh)))
+        started = time.perf_counter()
+        if fresh:
+            await run_in_threadpool(self.bus.publish_many, self.topic, fresh)
+        if dedup:
+            for e in fresh:
+                self.store.put(f"gw:dedup:{e['source']}:{e['id']}", b"1", ttl=self.settings.dedup_ttl_seconds)
+        self.metrics.published(route, fresh, time.perf_counter() - started)
+        return {"accepted": len(fresh), "duplicates": len(events) - len(fresh), "ids": [e["id"] for e in fresh]}
+
+
+def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | None = None,
+               topic: str = "cascade.events") -> FastAPI:
+    """The gateway application over a bus and a state store."""
+    gw = Gateway(bus, store, settings or GatewaySettings(), topic)
+    app = FastAPI(title="Cascade event gateway", version="1",
+                  description="CloudEvents, storage notifications, labelling webhooks and job submissions "
+                              "in; validated CloudEvents on the bus out.")
+    app.state.gateway = gw
+
+    @app.exception_handler(CascadeError)
+    async def on_error(request: Request, exc: CascadeError) -> JSONResponse:
+        gw.metrics.rejected(request.url.path, exc)
+        return problem(exc)
+
+    @app.post("/events", status_code=202, responses=ACCEPTED, tags=["events"],
+              openapi_extra=_body_doc("application/json", ce_http.STRUCTURED, ce_http.BATCH))
+    async def post_events(request: Request) -> dict[str, Any]:
+        """CloudEvents in binary (``ce-`` headers), structured or batch mode."""
+        project = gw.project(request)
+        events = ce_http.parse(request.headers, await gw.body(request))
+        for i, event in enumerate(events):
+            owner = event.get("project")
+            if owner is not None and owner != project:
+                raise Forbidden(f"this token publishes into project {project!r}, not {owner!r}",
+                                field=f"/{i}/project" if len(events) > 1 else "/project")
+            event["project"] = project
+            try:
+                check_event(event)
+            except InvalidInput as exc:
+                if len(events) > 1:
+                    exc.field = f"/{i}{exc.field}"
+                raise
+        return await gw.publish("/events", project, events)
+
+    @app.post("/webhooks/s3", status_code=202, responses=ACCEPTED, tags=["webhooks"],
+              openapi_extra=_body_doc("application/json"))
+    async def s3(request: Request) -> dict[str, Any]:
+        """AWS S3 or MinIO bucket notification (``Records[]``)."""
+        project = gw.project(request)
+        events, ignored = webhooks.s3_events(gw.json(await gw.body(request)), project)
+        return {**await gw.publish("/webhooks/s3", project, events, dedup=True), "ignored": ignored}
+
+    @app.post("/webhooks/label-studio", status_code=202, responses=ACCEPTED, tags=["webhooks"],
+              openapi_extra=_body_doc("application/json"))
+    async def label_studio(request: Request, dataset: str | None = None) -> dict[str, Any]:
+        """Label Studio webhook; configure it with header ``Authorization: Bearer <token>``."""
+        project = gw.project(request)
+        events = webhooks.label_studio_events(gw.json(await gw.body(request)), project, dataset)
+        return await gw.publish("/webhooks/label-studio", project, events, dedup=True)
+
+    @app.post("/webhooks/cvat", status_code=202, responses=ACCEPTED, tags=["webhooks"],
+              openapi_extra=_body_doc("application/json"))
+    async def cvat(request: Request, project: str = "default") -> dict[str, Any]:
+        """CVAT webhook, signed with ``X-Signature-256``; ``?project=`` names the Cascade project."""
+        body = await gw.body(request)
+        webhooks.verify_cvat_signature(gw.settings.cvat_secret, body, request.headers.get("x-signature-256"))
+        events = webhooks.cvat_events(gw.json(body), project)
+        return await gw.publish("/webhooks/cvat", project, events, dedup=True)
+
+    @app.post("/v1/jobs", status_code=202, responses=ACCEPTED, tags=["jobs"],
+              openapi_extra=_body_doc("application/json"))
+    async def submit_job(request: Request) -> dict[str, Any]:
+        """Submit ``{"kind": "training"|"finetune", "spec": {...}}``; returns the job id."""
+        project = gw.project(request)
+        body = gw.json(await gw.body(request))
+        job, event, new = gw.jobs.prepare(project, body, request.headers.get("idempotency-key"))
+        if new:
+            try:
+                await gw.publish("/v1/jobs", project, [event])
+            except (RetryableError, InvalidInput):
+                gw.jobs.forget(job["id"])
+                raise
+        return {"jobId": job["id"], "status": job["status"], "eventId": event["id"]}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    async def get_job(job_id: str, request: Request) -> dict[str, Any]:
+        """A job's record: spec, status and history."""
+        return gw.jobs.get(gw.project(request), job_id)
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    async def list_jobs(request: Request, status: str | None = None) -> list[dict[str, Any]]:
+        """The token's project's jobs, optionally by status."""
+        return gw.jobs.list(gw.project(request), status)
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"])
+    async def readyz() -> Response:
+        """Ready only when the bus answers."""
+        try:
+            await run_in_threadpool(gw.bus.ping)
+        except CascadeError as exc:
+            return JSONResponse({"status": "bus unavailable", "message": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["operations"])
+    async def metrics() -> Response:
+        """Prometheus metrics."""
+        return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    return app

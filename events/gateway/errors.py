@@ -1,0 +1,71 @@
+"""HTTP statuses for the gateway's errors, decided by error class, never by message text.
+
+Each rejection is a JSON body ``{"error", "message", "field"?, "schema"?}`` so a client can
+see which field to fix. Bus outages are 503 with ``Retry-After``: nothing was stored.
+"""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from cascade.core.errors import (
+    CascadeError,
+    InvalidInput,
+    NotFound,
+    RetryableError,
+    SchemaViolation,
+    UnknownEventType,
+)
+from events.bindings.http import UnsupportedMediaType
+
+
+class Unauthorized(InvalidInput):
+    """Missing or wrong token or signature (401)."""
+
+
+class Forbidden(InvalidInput):
+    """A valid token used outside its project (403)."""
+
+
+class TooLarge(InvalidInput):
+    """A body over the configured limit (413)."""
+
+
+class RateLimited(InvalidInput):
+    """A project over its event rate (429); ``retry_after`` in seconds."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_STATUS: list[tuple[type[Exception], int]] = [
+    (Unauthorized, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (TooLarge, 413),
+    (UnsupportedMediaType, 415),
+    (SchemaViolation, 422),
+    (UnknownEventType, 422),
+    (RateLimited, 429),
+    (InvalidInput, 400),
+    (RetryableError, 503),
+]
+
+
+def problem(exc: CascadeError) -> JSONResponse:
+    """The HTTP response for a Cascade error."""
+    status = next(code for cls, code in _STATUS if isinstance(exc, cls)) if any(
+        isinstance(exc, cls) for cls, _ in _STATUS) else 500
+    if isinstance(exc, InvalidInput):
+        body = exc.to_dict()
+    else:
+        body = {"error": type(exc).__name__, "message": str(exc)}
+    headers = {}
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    elif isinstance(exc, RetryableError):
+        headers["Retry-After"] = "5"
+    elif isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,70 @@
+"""Job submissions: validate a spec, keep the job record, make the ``*.submitted`` event.
+
+The record is written before the event is published (and removed if publishing fails), so
+``GET /v1/jobs/{id}`` can answer as soon as the client has a job id. An ``Idempotency-Key``
+header makes the job id deterministic: a retried submission returns the same job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from cascade.core.errors import InvalidInput, NotFound
+from cascade.core.state import StateStore
+from events import schemas
+from events.envelope import new_event
+from events.gateway.errors import Forbidden
+
+KINDS = {"training": ("trainingjob.v1", "job.submitted"), "finetune": ("finetunejob.v1", "finetune.submitted")}
+INDEX = ("project", "status", "kind")
+
+
+class Jobs:
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def prepare(self, project: str, body: Any, idempotency_key: str | None) -> tuple[dict[str, Any], CloudEvent, bool]:
+        """(job record, submitted event, whether it is new) for a submission body."""
+        if not isinstance(body, dict):
+            raise InvalidInput("the body must be a JSON object with 'kind' and 'spec'", field="/")
+        kind = body.get("kind", "training")
+        if kind not in KINDS:
+            raise InvalidInput(f"kind must be one of {sorted(KINDS)}", field="/kind")
+        spec_schema, family = KINDS[kind]
+        spec = body.get("spec")
+        schemas.validate(spec_schema, spec, prefix="/spec")
+        assert isinstance(spec, dict)
+        if spec.get("project", project) != project:
+            raise Forbidden(f"this token submits into project {project!r}", field="/spec/project")
+        if idempotency_key:
+            job_id = "job-" + hashlib.sha256(f"{project}\x00{idempotency_key}".encode()).hexdigest()[:16]
+        else:
+            job_id = "job-" + uuid.uuid4().hex[:16]
+        existing = self.store.get_record("job", job_id)
+        event = new_event(family, {"jobId": job_id, "project": project, "spec": spec}, source="/cascade/api/jobs",
+                          id=f"submit-{job_id}", subject=job_id, partitionkey=job_id, extensions={"project": project})
+        if existing:
+            return existing, event, False
+        now = datetime.now(timezone.utc).isoformat()
+        job = {"id": job_id, "kind": kind, "project": project, "status": "submitted", "spec": spec,
+               "submitted": now, "history": [{"status": "submitted", "time": now}]}
+        self.store.put_record("job", job_id, job, index=INDEX)
+        return job, event, True
+
+    def forget(self, job_id: str) -> None:
+        self.store.delete_record("job", job_id)
+
+    def get(self, project: str, job_id: str) -> dict[str, Any]:
+        job = self.store.get_record("job", job_id)
+        if job is None or job.get("project") != project:
+            raise NotFound(f"no job {job_id!r} in project {project!r}")
+        return job
+
+    def list(self, project: str, status: str | None = None) -> list[dict[str, Any]]:
+        where = {"project": project} if status is None else {"project": project, "status": status}
+        return self.store.find_records("job", **where)

@@ -1,0 +1,34 @@
+"""Prometheus metrics of the gateway, in a registry of its own (one per app)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cloudevents.http import CloudEvent
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from cascade.core.errors import CascadeError
+from events.gateway.errors import problem
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.accepted = Counter("cascade_gateway_events_accepted", "Events durably published",
+                                ["route", "type"], registry=self.registry)
+        self.rejections = Counter("cascade_gateway_requests_rejected", "Requests answered with an error",
+                                  ["route", "status"], registry=self.registry)
+        self.publish_seconds = Histogram("cascade_gateway_publish_seconds", "Time to publish a request's events",
+                                         ["route"], registry=self.registry,
+                                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5))
+
+    def published(self, route: str, events: Sequence[CloudEvent], seconds: float) -> None:
+        for event in events:
+            self.accepted.labels(route, event["type"]).inc()
+        self.publish_seconds.labels(route).observe(seconds)
+
+    def rejected(self, route: str, exc: CascadeError) -> None:
+        self.rejections.labels(route, str(problem(exc).status_code)).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

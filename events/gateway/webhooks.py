@@ -1,0 +1,138 @@
+"""Webhook payloads -> CloudEvents, as pure functions (shapes in design.md section 8).
+
+* S3 / MinIO bucket notifications: one ``dataset.uploaded`` per ``ObjectCreated`` record;
+  other record kinds are counted and ignored. Keys arrive URL-encoded.
+* Label Studio: ``labels.progressed`` per annotation action, ``labels.completed`` once the
+  project's tasks are all annotated.
+* CVAT: ``labels.completed`` when a job's ``state`` becomes ``completed``; bodies are signed
+  with ``X-Signature-256: sha256=<HMAC-SHA256(secret, body)>``.
+
+Event ids derive from the source's own ids, so a retried delivery makes the same event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+from urllib.parse import unquote_plus
+
+from cloudevents.http import CloudEvent
+
+from cascade.core.errors import InvalidInput
+from events.envelope import new_event
+from events.gateway.errors import Unauthorized
+
+ANNOTATION_ACTIONS = {"ANNOTATION_CREATED", "ANNOTATIONS_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"}
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+def _get(obj: Any, pointer: str) -> Any:
+    node = obj
+    for part in pointer.strip("/").split("/"):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            raise InvalidInput(f"{pointer} is required", field=pointer)
+    return node
+
+
+def s3_events(payload: Any, project: str) -> tuple[list[CloudEvent], int]:
+    """``dataset.uploaded`` events for the created objects, and how many records were ignored."""
+    records = _get(payload, "/Records")
+    if not isinstance(records, list):
+        raise InvalidInput("/Records must be a list of S3 event records", field="/Records")
+    events, ignored = [], 0
+    for i, rec in enumerate(records):
+        origin = {"aws:s3": "aws-s3", "minio:s3": "minio"}.get(_get(rec, "/eventSource") if isinstance(rec, dict) else "")
+        if origin is None:
+            raise InvalidInput("eventSource must be 'aws:s3' or 'minio:s3'", field=f"/Records/{i}/eventSource")
+        name = str(_get(rec, "/eventName"))
+        if not name.removeprefix("s3:").startswith("ObjectCreated:"):
+            ignored += 1
+            continue
+        bucket = str(_get(rec, "/s3/bucket/name"))
+        obj = _get(rec, "/s3/object")
+        key = unquote_plus(str(_get(obj, "/key")))
+        size = obj.get("size", 0)
+        if not isinstance(size, int) or size < 0:
+            raise InvalidInput("object size must be a non-negative integer", field=f"/Records/{i}/s3/object/size")
+        version = obj.get("sequencer") or obj.get("versionId") or obj.get("eTag") or ""
+        data: dict[str, Any] = {"dataset": bucket, "uri": f"s3://{bucket}/{key}", "bucket": bucket, "key": key,
+                                "size": size, "origin": origin}
+        if obj.get("eTag"):
+            data["etag"] = str(obj["eTag"]).strip('"')
+        if obj.get("versionId"):
+            data["versionId"] = str(obj["versionId"])
+        events.append(new_event("dataset.uploaded", data, source=f"/cascade/gateway/s3/{bucket}",
+                                id=f"s3-{_digest(bucket, key, version)}", subject=key, partitionkey=bucket,
+                                extensions={"project": project}))
+    return events, ignored
+
+
+def _ls_project(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    project = payload.get("project")
+    if isinstance(project, dict) and project.get("id") is not None:
+        return str(project["id"]), project
+    for path in ("annotation", "task"):
+        node = payload.get(path)
+        if isinstance(node, dict) and node.get("project") is not None:
+            return str(node["project"]), {}
+    raise InvalidInput("the Label Studio payload names no project (project.id)", field="/project/id")
+
+
+def label_studio_events(payload: Any, project: str, dataset: str | None = None) -> list[CloudEvent]:
+    """``labels.progressed`` for annotation actions; ``labels.completed`` when all tasks are annotated."""
+    if not isinstance(payload, dict):
+        raise InvalidInput("the Label Studio payload must be a JSON object", field="/")
+    action = str(_get(payload, "/action"))
+    ls_id, info = _ls_project(payload)
+    total, done = info.get("task_number"), info.get("num_tasks_with_annotations")
+    source = f"/cascade/gateway/label-studio/{ls_id}"
+    base: dict[str, Any] = {"project": ls_id, "tool": "label-studio"}
+    if dataset:
+        base["dataset"] = dataset
+    counts = {"annotated": done, "total": total} if isinstance(total, int) and isinstance(done, int) else {}
+    ext = {"project": project}
+    events = []
+    if action in ANNOTATION_ACTIONS:
+        annotations = payload.get("annotations") or [payload.get("annotation") or {}]
+        ident = _digest(action, ls_id, *[f"{a.get('id')}@{a.get('updated_at')}" for a in annotations if isinstance(a, dict)])
+        events.append(new_event("labels.progressed", {**base, **counts, "action": action}, source=source,
+                                id=f"ls-{ident}", partitionkey=f"ls-{ls_id}", extensions=ext))
+    if counts and counts["total"] > 0 and counts["annotated"] >= counts["total"]:
+        events.append(new_event("labels.completed", {**base, **counts}, source=source,
+                                id=f"ls-{_digest('completed', ls_id, total)}", partitionkey=f"ls-{ls_id}",
+                                extensions=ext))
+    return events
+
+
+def verify_cvat_signature(secret: str, body: bytes, header: str | None) -> None:
+    """Constant-time check of ``X-Signature-256``; raises Unauthorized."""
+    if not secret:
+        raise Unauthorized("CVAT webhooks are disabled: set CASCADE_GATEWAY__CVAT_SECRET", field="X-Signature-256")
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), (header or "").encode()):
+        raise Unauthorized("X-Signature-256 does not match the body", field="X-Signature-256")
+
+
+def cvat_events(payload: Any, project: str) -> list[CloudEvent]:
+    """``labels.completed`` when an ``update:job`` moves the job's state to ``completed``."""
+    if not isinstance(payload, dict):
+        raise InvalidInput("the CVAT payload must be a JSON object", field="/")
+    if _get(payload, "/event") != "update:job":
+        return []
+    job, before = _get(payload, "/job"), payload.get("before_update") or {}
+    if job.get("state") != "completed" or "state" not in before or before["state"] == "completed":
+        return []
+    job_id = str(_get(job, "/id"))
+    owner = str(job.get("project_id") or job.get("task_id") or job_id)
+    data = {"project": owner, "tool": "cvat", "job": job_id}
+    ident = _digest(payload.get("webhook_id"), job_id, job.get("updated_date"))
+    return [new_event("labels.completed", data, source=f"/cascade/gateway/cvat/{payload.get('webhook_id')}",
+                      id=f"cvat-{ident}", partitionkey=f"cvat-{owner}", extensions={"project": project})]

@@ -22,7 +22,9 @@ tokens_app = typer.Typer(help="API tokens of a project.", no_args_is_help=True)
 events_app = typer.Typer(help="Look at the events on the bus.", no_args_is_help=True)
 app.add_typer(projects_app, name="projects")
 app.add_typer(tokens_app, name="tokens")
+sources_app = typer.Typer(help="Event sources that watch or pull.", no_args_is_help=True)
 app.add_typer(events_app, name="events")
+app.add_typer(sources_app, name="sources")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -206,3 +208,38 @@ def events_tail(
         pass
     finally:
         consumer.close()
+
+
+@sources_app.command("folder")
+def sources_folder(
+    path: Path,
+    project: Annotated[str, typer.Option(help="Project the events belong to.")] = "default",
+    settle: Annotated[float, typer.Option(help="Seconds a file must stay unchanged to count as complete.")] = 1.0,
+) -> None:
+    """Watch PATH and publish dataset.uploaded for every completed file (PATH/<dataset>/...)."""
+    from events.sources.folder import FolderSource
+
+    cfg = settings()
+    source = FolderSource(path, wiring.bus(cfg), wiring.store(cfg), topic=cfg.bus.topic, project=project, settle=settle)
+    typer.echo(f"watching {source.root} -> {cfg.bus.topic}")
+    try:
+        source.run()
+    except KeyboardInterrupt:
+        source.stop()
+
+
+@sources_app.command("s3-kafka")
+def sources_s3_kafka(
+    notifications: Annotated[str, typer.Option(help="Kafka topic MinIO publishes bucket notifications to.")],
+    project: Annotated[str, typer.Option(help="Project the events belong to.")] = "default",
+) -> None:
+    """Turn S3 notifications on a Kafka topic into dataset.uploaded events."""
+    from events.sources.s3_kafka import S3KafkaSource
+
+    cfg = settings()
+    source = S3KafkaSource(wiring.bus(cfg), wiring.store(cfg), notifications=notifications, topic=cfg.bus.topic,
+                           project=project)
+    try:
+        source.run()
+    except KeyboardInterrupt:
+        source.stop()

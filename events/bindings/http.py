@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote, unquote
 
 from cloudevents import exceptions as ce_errors
 from cloudevents.conversion import to_dict
-from cloudevents.http import CloudEvent, from_dict, from_http
+from cloudevents.http import CloudEvent, from_dict
 
 from cascade.core.errors import InvalidEvent, InvalidInput
 
@@ -41,6 +42,27 @@ def _one(attributes: Any) -> CloudEvent:
         raise InvalidEvent(str(exc)) from exc
 
 
+def _binary(headers: Mapping[str, str], body: bytes, ctype: str) -> CloudEvent:
+    """Binary mode: attributes from ``ce-`` headers (percent-decoded), JSON data in the body."""
+    attributes: dict[str, Any] = {}
+    for key, value in headers.items():
+        if key[:3].lower() == "ce-":
+            attributes[key[3:].lower()] = unquote(value) if "%" in value else value
+    if ctype:
+        attributes["datacontenttype"] = ctype
+    try:
+        data = json.loads(body) if body else None
+    except ValueError as exc:
+        raise InvalidEvent(f"body is not JSON: {exc}", field="/data") from exc
+    for name in ("id", "source", "type"):
+        if not attributes.get(name):
+            raise InvalidEvent(f"header ce-{name} is required", field=f"/{name}")
+    try:
+        return CloudEvent(attributes, data)
+    except ce_errors.GenericException as exc:
+        raise InvalidEvent(str(exc)) from exc
+
+
 def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
     """Events in an HTTP request: one for binary/structured, a list for batch mode."""
     ctype = _content_type(headers)
@@ -60,10 +82,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
     if any(k.lower() == "ce-specversion" for k in headers):
         if ctype and ctype != "application/json" and not ctype.endswith("+json"):
             raise UnsupportedMediaType(f"content type {ctype!r} is not JSON", field="content-type")
-        try:
-            return [from_http(dict(headers), body)]
-        except ce_errors.GenericException as exc:
-            raise InvalidEvent(str(exc)) from exc
+        return [_binary(headers, body, ctype)]
     raise UnsupportedMediaType(
         f"content type {ctype or '(none)'!r} is not a CloudEvents mode: send ce- headers with "
         f"application/json, or {STRUCTURED}, or {BATCH}",
@@ -73,7 +92,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
 
 def to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     """Headers and body for binary mode (what the dispatcher sends subscribers)."""
-    headers = {f"ce-{k}": str(v) for k, v in event.get_attributes().items() if k != "datacontenttype"}
+    headers = {f"ce-{k}": quote(str(v), safe="!#$&'()*+,/:;=?@[]^_`{|}~-.") for k, v in event.get_attributes().items()
+               if k != "datacontenttype"}
     headers["content-type"] = str(event.get("datacontenttype") or "application/json")
     return headers, json.dumps(event.get_data(), separators=(",", ":")).encode()
 

@@ -22,6 +22,8 @@ from cascade.core.settings import GatewaySettings
 from cascade.core.state import StateStore
 from events.bindings import http as ce_http
 from events.bus import EventBus
+from events.bus.batching import GroupCommitter
+from events.dedup import DeliveryLog
 from events.envelope import check_event
 from events.gateway import webhooks
 from events.gateway.errors import Forbidden, TooLarge, Unauthorized, problem
@@ -52,9 +54,11 @@ class Gateway:
     def __init__(self, bus: EventBus, store: StateStore, settings: GatewaySettings, topic: str) -> None:
         self.bus, self.store, self.settings, self.topic = bus, store, settings, topic
         self.projects = Projects(store)
+        self.committer = GroupCommitter(bus)
         self.limiter = RateLimiter(settings.rate_per_second, settings.burst)
         self.metrics = GatewayMetrics()
         self.jobs = Jobs(store)
+        self.deliveries = DeliveryLog(store, settings.dedup_ttl_seconds)
 
     async def body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -86,17 +90,13 @@ class Gateway:
 
     async def publish(self, route: str, project: str, events: Sequence[CloudEvent], *, dedup: bool = False) -> dict[str, Any]:
         """Rate-limit, drop already-published webhook deliveries, publish, then answer."""
-        if dedup:
-            fresh = [e for e in events if self.store.get(f"gw:dedup:{e['source']}:{e['id']}") is None]
-        else:
-            fresh = list(events)
+        fresh = self.deliveries.fresh(events) if dedup else list(events)
         self.limiter.take(project, max(1, len(fresh)))
         started = time.perf_counter()
         if fresh:
-            await run_in_threadpool(self.bus.publish_many, self.topic, fresh)
+            await self.committer.publish_async(self.topic, fresh)
         if dedup:
-            for e in fresh:
-                self.store.put(f"gw:dedup:{e['source']}:{e['id']}", b"1", ttl=self.settings.dedup_ttl_seconds)
+            self.deliveries.remember(fresh)
         self.metrics.published(route, fresh, time.perf_counter() - started)
         return {"accepted": len(fresh), "duplicates": len(events) - len(fresh), "ids": [e["id"] for e in fresh]}
 

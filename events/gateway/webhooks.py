@@ -30,6 +30,14 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256("\x00".join(str(p) for p in parts).encode()).hexdigest()[:32]
 
 
+def _object(obj: Any, pointer: str) -> dict[str, Any]:
+    """``obj`` at ``pointer``, which must be a JSON object."""
+    node = _get(obj, pointer) if pointer else obj
+    if not isinstance(node, dict):
+        raise InvalidInput(f"{pointer or '/'} must be a JSON object", field=pointer or "/")
+    return node
+
+
 def _get(obj: Any, pointer: str) -> Any:
     node = obj
     for part in pointer.strip("/").split("/"):
@@ -57,7 +65,7 @@ def s3_events(payload: Any, project: str) -> tuple[list[CloudEvent], int]:
             ignored += 1
             continue
         bucket = str(_get(rec, "/s3/bucket/name"))
-        obj = _get(rec, "/s3/object")
+        obj = _object(rec, "/s3/object")
         key = unquote_plus(str(_get(obj, "/key")))
         size = obj.get("size", 0)
         if not isinstance(size, int) or size < 0:
@@ -88,8 +96,7 @@ def _ls_project(payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def label_studio_events(payload: Any, project: str, dataset: str | None = None) -> list[CloudEvent]:
     """``labels.progressed`` for annotation actions; ``labels.completed`` when all tasks are annotated."""
-    if not isinstance(payload, dict):
-        raise InvalidInput("the Label Studio payload must be a JSON object", field="/")
+    payload = _object(payload, "")
     action = str(_get(payload, "/action"))
     ls_id, info = _ls_project(payload)
     total, done = info.get("task_number"), info.get("num_tasks_with_annotations")
@@ -97,11 +104,15 @@ def label_studio_events(payload: Any, project: str, dataset: str | None = None) 
     base: dict[str, Any] = {"project": ls_id, "tool": "label-studio"}
     if dataset:
         base["dataset"] = dataset
-    counts = {"annotated": done, "total": total} if isinstance(total, int) and isinstance(done, int) else {}
+    counts: dict[str, int] = {}
+    if all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (total, done)):
+        counts = {"annotated": int(done), "total": int(total)}  # type: ignore[arg-type]
     ext = {"project": project}
     events = []
     if action in ANNOTATION_ACTIONS:
         annotations = payload.get("annotations") or [payload.get("annotation") or {}]
+        if not isinstance(annotations, list):
+            raise InvalidInput("annotations must be a list", field="/annotations")
         ident = _digest(action, ls_id, *[f"{a.get('id')}@{a.get('updated_at')}" for a in annotations if isinstance(a, dict)])
         events.append(new_event("labels.progressed", {**base, **counts, "action": action}, source=source,
                                 id=f"ls-{ident}", partitionkey=f"ls-{ls_id}", extensions=ext))
@@ -123,11 +134,11 @@ def verify_cvat_signature(secret: str, body: bytes, header: str | None) -> None:
 
 def cvat_events(payload: Any, project: str) -> list[CloudEvent]:
     """``labels.completed`` when an ``update:job`` moves the job's state to ``completed``."""
-    if not isinstance(payload, dict):
-        raise InvalidInput("the CVAT payload must be a JSON object", field="/")
-    if _get(payload, "/event") != "update:job":
+    if _get(_object(payload, ""), "/event") != "update:job":
         return []
-    job, before = _get(payload, "/job"), payload.get("before_update") or {}
+    job, before = _object(payload, "/job"), payload.get("before_update") or {}
+    if not isinstance(before, dict):
+        raise InvalidInput("before_update must be a JSON object", field="/before_update")
     if job.get("state") != "completed" or "state" not in before or before["state"] == "completed":
         return []
     job_id = str(_get(job, "/id"))

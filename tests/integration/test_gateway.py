@@ -299,3 +299,28 @@ def test_operations_endpoints(env: Env) -> None:
     assert 'cascade_gateway_requests_rejected_total{route="/events",status="415"} 1.0' in metrics
     spec = env.client.get("/openapi.json").json()
     assert {"/events", "/webhooks/s3", "/webhooks/label-studio", "/webhooks/cvat", "/v1/jobs"} <= set(spec["paths"])
+
+
+@pytest.mark.parametrize("route, payload", [
+    ("/webhooks/s3", []),
+    ("/webhooks/s3", {"Records": "x"}),
+    ("/webhooks/s3", {"Records": [1]}),
+    ("/webhooks/s3", {"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                                   "s3": {"bucket": {"name": "b"}, "object": 5}}]}),
+    ("/webhooks/s3", {"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+                                   "s3": {"bucket": {"name": "b"}, "object": {"key": "k", "size": -1}}}]}),
+    ("/webhooks/label-studio", "text"),
+    ("/webhooks/label-studio", {"action": "ANNOTATION_CREATED"}),
+    ("/webhooks/label-studio", {"action": "ANNOTATION_CREATED", "project": {"id": 1}, "annotations": 5}),
+])
+def test_malformed_webhooks_are_4xx(env: Env, route: str, payload: Any) -> None:
+    reply = env.client.post(route, json=payload, headers=env.auth())
+    assert 400 <= reply.status_code < 500, reply.text
+    assert reply.json()["field"]
+
+
+@pytest.mark.parametrize("payload", ["text", {"event": "update:job", "job": 5},
+                                     {"event": "update:job", "job": {"id": 1, "state": "completed"}, "before_update": 3}])
+def test_malformed_cvat_payloads_are_400(env: Env, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    assert env.client.post("/webhooks/cvat", content=body, headers=sign(body)).status_code == 400

@@ -114,3 +114,19 @@ def test_http_rejects_unknown_media_types_and_malformed_bodies() -> None:
         http.parse({"content-type": http.BATCH}, b'{"not": "a list"}')
     with pytest.raises(InvalidEvent):
         http.parse({"content-type": http.STRUCTURED}, b'{"specversion": "1.0"}')
+
+
+def test_http_binary_headers_are_percent_encoded_both_ways() -> None:
+    event = new_event("job.failed", {"jobId": "j", "reason": "ü"}, source="/a b", subject='50% "done"')
+    headers, body = http.to_binary(event)
+    assert headers["ce-source"] == "/a%20b" and "%25" in headers["ce-subject"]
+    [back] = http.parse(headers, body)
+    assert (back["source"], back["subject"]) == ("/a b", '50% "done"')
+
+
+def test_http_binary_mode_requires_id_source_and_type() -> None:
+    headers, body = http.to_binary(uploaded())
+    del headers["ce-id"]
+    with pytest.raises(InvalidEvent) as err:
+        http.parse(headers, body)
+    assert err.value.field == "/id"

@@ -1,0 +1,114 @@
+"""Gateway ingest benchmark: POST /events (single and batch of 100), validated and on Kafka.
+
+Baselines measured in the same run: a bare FastAPI endpoint on the same server stack
+(uvicorn, one worker) and the raw kafka-python producer. Needs Kafka up and Debian's ``wrk``.
+Run:  .venv/bin/python -m bench.gateway_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.bus_bench import raw_throughput
+from bench.common import table
+from events.bindings import http as ce_http
+from events.envelope import new_event
+
+LUA = """wrk.method = "POST"
+wrk.body = io.open("{body}", "rb"):read("*a")
+{headers}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve(module: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", f"{module}:app", "--port", str(port), "--log-level",
+                             "warning", "--no-access-log"], env={**os.environ, **env})
+    for _ in range(200):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/docs")
+            return proc, port
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{module} did not start")
+
+
+def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connections: int, tmp: Path) -> float:
+    """Requests per second that got 202."""
+    (tmp / "body").write_bytes(body)
+    lines = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items())
+    (tmp / "post.lua").write_text(LUA.format(body=tmp / "body", headers=lines))
+    check = httpx.post(f"http://127.0.0.1:{port}/events", headers=headers, content=body)
+    if check.status_code != 202:
+        raise RuntimeError(f"the endpoint answers {check.status_code}: {check.text}")
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
+                          f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
+    if "Non-2xx" in out:
+        raise RuntimeError(f"some requests were not accepted:\n{out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="cascade-gw-bench-"))
+    event = new_event("dataset.uploaded", {"dataset": "cats", "uri": "s3://cats/a.jpg", "size": 10, "origin": "api"},
+                      source="/bench", partitionkey="cats")
+    single_h, single_b = ce_http.to_binary(event)
+    batch_h, batch_b = ce_http.to_batch([new_event("dataset.uploaded", {"dataset": f"d{i % 8}", "uri": "s3://d/a",
+                                                                         "size": i, "origin": "api"}, source="/bench",
+                                                   partitionkey=f"d{i % 8}") for i in range(100)])
+    bare, bare_port = serve("bench.bare_app", {})
+    gateway, gw_port = serve("bench.gateway_app", {"CASCADE_BENCH_HOME": str(tmp)})
+    token = (tmp / "token").read_text()
+    auth = {"authorization": f"Bearer {token}"}
+    try:
+        results = {
+            "bare single": wrk(bare_port, single_h, single_b, args.seconds, args.connections, tmp),
+            "gateway single": wrk(gw_port, {**single_h, **auth}, single_b, args.seconds, args.connections, tmp),
+            "bare batch": wrk(bare_port, batch_h, batch_b, args.seconds, args.connections // 4, tmp),
+            "gateway batch": wrk(gw_port, {**batch_h, **auth}, batch_b, args.seconds, args.connections // 4, tmp),
+        }
+    finally:
+        bare.terminate()
+        gateway.terminate()
+    raw = raw_throughput(20000)
+    rows = [
+        ["bare FastAPI, single event", results["bare single"], results["bare single"], 1.0, "-"],
+        ["gateway, single event", results["gateway single"], results["gateway single"],
+         results["gateway single"] / results["bare single"], ">= 0.7 of bare"],
+        ["bare FastAPI, batch of 100", results["bare batch"], results["bare batch"] * 100, 1.0, "-"],
+        ["gateway, batch of 100", results["gateway batch"], results["gateway batch"] * 100,
+         results["gateway batch"] / results["bare batch"], "-"],
+        ["raw kafka-python producer", float("nan"), raw, 1.0, "-"],
+        ["gateway batch vs raw producer", float("nan"), results["gateway batch"] * 100,
+         results["gateway batch"] * 100 / raw, ">= 0.5 of raw"],
+    ]
+    print(table(f"Gateway ingest, {args.seconds}s per run, wrk with {args.connections} connections "
+                "(validated, durable on Kafka)", ["endpoint", "requests/s", "events/s", "ratio", "target"], rows))
+    print(json.dumps({k: round(v, 1) for k, v in results.items()} | {"raw producer events/s": round(raw)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The command line, run as a user would: projects, tokens, a served gateway, emit and tail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+CASCADE = [sys.executable, "-m", "cascade.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli(home: Path, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CASCADE_HOME": str(home)}
+    result = subprocess.run([*CASCADE, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    port = free_port()
+    env = {**os.environ, "CASCADE_HOME": str(tmp_path)}
+    proc = subprocess.Popen([*CASCADE, "up", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "the platform did not become ready"
+            time.sleep(0.1)
+        yield tmp_path, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_projects_and_tokens(tmp_path: Path) -> None:
+    assert "project vision created" in cli(tmp_path, "projects", "create", "vision").stdout
+    token = cli(tmp_path, "tokens", "create", "vision").stdout.strip()
+    assert token.startswith("cas_")
+    assert cli(tmp_path, "projects", "ls").stdout.split() == ["vision"]
+    bad = cli(tmp_path, "projects", "create", "Bad_Name", check=False)
+    assert bad.returncode == 2 and "lowercase" in bad.stderr
+    missing = cli(tmp_path, "tokens", "create", "nope", check=False)
+    assert missing.returncode == 2 and "cascade projects create nope" in missing.stderr
+
+
+def test_up_then_emit_then_tail(served: tuple[Path, int]) -> None:
+    home, port = served
+    assert (home / "token").read_text().startswith("cas_"), "cascade up created a first token"
+    gateway = f"http://127.0.0.1:{port}"
+    data = '{"dataset": "cats", "uri": "file:///tmp/cats/a.jpg", "size": 1, "origin": "api"}'
+    out = cli(home, "emit", "dataset.uploaded", "--data", data, "--key", "cats", "--gateway", gateway).stdout
+    assert out.startswith("published io.cascade.dataset.uploaded.v1")
+    tail = cli(home, "events", "tail", "--from-beginning", "--count", "1", "--type", "dataset").stdout
+    assert "dataset.uploaded" in tail and "cats" in tail
+    bad = cli(home, "emit", "dataset.uploaded", "--data", '{"dataset": "cats"}', "--gateway", gateway, check=False)
+    assert bad.returncode == 2 and "/data/uri" in bad.stderr

@@ -3,15 +3,16 @@
 Before running a handler, claim ``(scope, source, id)`` with a TTL. A claim that already
 says *done* means the event was handled: acknowledge it without a second invocation. A
 claim held by someone else is *busy*. A claim left by a crashed process expires after its
-TTL and the event is handled again. Written once over the StateStore protocol, so Redis and
-SQLite behave the same.
+TTL and the event is handled again; with a :class:`Liveness` the claim is taken over as
+soon as its owner stops beating, without waiting for the TTL. Written once over the
+StateStore protocol, so Redis and SQLite behave the same.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
+import threading
+import uuid
 from enum import Enum
 
 from cascade.core.state import StateStore
@@ -25,13 +26,45 @@ class Claim(Enum):
     BUSY = "busy"  # another live worker holds it: try later
 
 
+class Liveness:
+    """A process's heartbeat in the store: ``alive:<owner>`` that expires ``ttl`` s after the last beat."""
+
+    def __init__(self, store: StateStore, owner: str | None = None, *, ttl: float = 5.0) -> None:
+        self.store, self.ttl = store, ttl
+        self.owner = owner or f"owner-{uuid.uuid4().hex}"
+        self._stop = threading.Event()
+        self.beat()
+
+    def beat(self) -> None:
+        self.store.put(f"alive:{self.owner}", b"1", ttl=self.ttl)
+
+    def alive(self, owner: str) -> bool:
+        return self.store.get(f"alive:{owner}") is not None
+
+    def start(self) -> None:
+        """Beat every ttl/3 seconds in a daemon thread until stop()."""
+        def loop() -> None:
+            while not self._stop.wait(self.ttl / 3):
+                try:
+                    self.beat()
+                except Exception:  # a store hiccup: the next beat may work
+                    continue
+        threading.Thread(target=loop, name="cascade-liveness", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.store.delete(f"alive:{self.owner}")
+
+
 class Idempotency:
     """Claims for one scope (e.g. a trigger name)."""
 
-    def __init__(self, store: StateStore, scope: str, *, claim_ttl: float = 60.0, done_ttl: float = 7 * 86400.0) -> None:
+    def __init__(self, store: StateStore, scope: str, *, claim_ttl: float = 60.0, done_ttl: float = 7 * 86400.0,
+                 liveness: Liveness | None = None) -> None:
         self.store, self.scope = store, scope
         self.claim_ttl, self.done_ttl = claim_ttl, done_ttl
-        self.owner = f"{socket.gethostname()}:{os.getpid()}".encode()
+        self.liveness = liveness
+        self.owner = (liveness.owner if liveness else f"owner-{uuid.uuid4().hex}").encode()
 
     def key(self, source: str, id: str) -> str:
         digest = hashlib.sha256(f"{source}\x00{id}".encode()).hexdigest()[:32]
@@ -45,8 +78,13 @@ class Idempotency:
             current = self.store.get(key)
             if current == DONE:
                 return Claim.DONE
-            if current is not None:
-                return Claim.BUSY
+            if current is None:
+                continue  # expired or released meanwhile: try again
+            if self.liveness and current != self.owner and not self.liveness.alive(current.decode()):
+                if self.store.cas(key, current, self.owner, ttl=self.claim_ttl):
+                    return Claim.ACQUIRED  # its owner died: take it over now
+                continue
+            return Claim.BUSY
         return Claim.BUSY
 
     def complete(self, source: str, id: str) -> None:

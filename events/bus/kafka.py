@@ -49,6 +49,7 @@ class KafkaBus(BusBase):
         self.request_timeout = request_timeout
         self.linger_ms = linger_ms
         self._lock = threading.Lock()
+        self._admin_lock = threading.Lock()
         self._producer: Any = None
         self._admin: Any = None
         self._topics: set[str] = set()
@@ -78,12 +79,17 @@ class KafkaBus(BusBase):
         if topic in self._topics:
             return
         _, admin = self._client()
-        try:
-            admin.create_topics([NewTopic(topic, partitions or self.partitions, 1)])
-        except TopicAlreadyExistsError:
-            pass
-        except KafkaError as exc:
-            raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
+        with self._admin_lock:  # the admin client allows one request in flight
+            for attempt in range(5):
+                try:
+                    admin.create_topics([NewTopic(topic, partitions or self.partitions, 1)])
+                    break
+                except TopicAlreadyExistsError:
+                    break
+                except KafkaError as exc:
+                    if attempt == 4 or not getattr(exc, "retriable", False):
+                        raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
+                    time.sleep(0.1 * 2**attempt)
         self._topics.add(topic)
 
     def append(self, topic: str, records: Sequence[WireRecord]) -> list[Position]:
@@ -132,7 +138,8 @@ class KafkaBus(BusBase):
 
     def ping(self, timeout: float = 2.0) -> None:
         _, admin = self._client()
-        self._guard("ping", admin.describe_cluster)
+        with self._admin_lock:
+            self._guard("ping", admin.describe_cluster)
 
     def close(self) -> None:
         with self._lock:

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from cascade.core.idempotency import Claim, Idempotency
+from cascade.core.idempotency import Claim, Idempotency, Liveness
 from cascade.core.state import StateStore
 from cascade.core.state_redis import RedisStore
 from cascade.core.state_sqlite import SqliteStore
@@ -121,3 +121,16 @@ class TestStoreContract:
         assert idem.claim("/src", "e2") is Claim.ACQUIRED
         idem.release("/src", "e2")
         assert other.claim("/src", "e2") is Claim.ACQUIRED, "a released claim can be taken again"
+
+    def test_claims_of_a_dead_owner_are_taken_over_at_once(self, store: StateStore) -> None:
+        dead = Liveness(store, ttl=0.3)
+        alive = Liveness(twin(store), ttl=30)
+        first = Idempotency(store, "t", claim_ttl=3600, liveness=dead)
+        second = Idempotency(twin(store), "t", claim_ttl=3600, liveness=alive)
+        assert first.claim("/s", "e") is Claim.ACQUIRED
+        assert second.claim("/s", "e") is Claim.BUSY, "its owner is still beating"
+        time.sleep(0.45)  # the owner crashed: no more beats, but the claim has an hour to live
+        assert second.claim("/s", "e") is Claim.ACQUIRED
+        assert first.claim("/s", "e") is Claim.BUSY, "now the live owner holds it"
+        second.complete("/s", "e")
+        assert first.claim("/s", "e") is Claim.DONE

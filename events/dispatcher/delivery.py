@@ -1,0 +1,70 @@
+"""Deliver one event to one subscriber over HTTP, retrying as the trigger's delivery spec says.
+
+Retried: connection errors, timeouts, and HTTP 404, 408, 409, 429 and 5xx (as Knative's
+dispatcher does). Any other non-2xx fails at once. A 2xx response that carries a CloudEvent
+(binary or structured) is the subscriber's reply; it must be a valid Cascade event.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import httpx
+from cloudevents.http import CloudEvent
+
+from cascade.core.errors import InvalidInput
+from events.bindings import http as ce_http
+from events.envelope import check_event
+from events.triggers import Delivery
+
+RETRYABLE = {404, 408, 409, 429}
+ERROR_DATA_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    attempts: int
+    code: int | None = None  # last HTTP status; None when no response came back
+    error: str = ""  # truncated response body or the reason no response came
+    reply: CloudEvent | None = None
+    aborted: bool = False  # the dispatcher is stopping: neither delivered nor failed
+
+
+def _reply(response: httpx.Response) -> CloudEvent | None:
+    ctype = response.headers.get("content-type", "")
+    if "ce-specversion" not in response.headers and not ctype.startswith("application/cloudevents"):
+        return None
+    events = ce_http.parse(dict(response.headers), response.content)
+    if len(events) != 1:
+        raise InvalidInput(f"a reply must be one event, got {len(events)}")
+    check_event(events[0])
+    return events[0]
+
+
+def deliver(client: httpx.Client, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event) -> Outcome:
+    """POST ``event`` to ``url`` in binary mode until it succeeds, fails for good, or retries run out."""
+    headers, body = ce_http.to_binary(event)
+    code: int | None = None
+    error = ""
+    for attempt in range(spec.retry + 1):
+        try:
+            response = client.post(url, headers=headers, content=body, timeout=spec.timeout_seconds)
+            code = response.status_code
+            if 200 <= code < 300:
+                try:
+                    return Outcome(True, attempt + 1, code, reply=_reply(response))
+                except InvalidInput as exc:
+                    return Outcome(False, attempt + 1, code, f"invalid reply: {exc}"[:ERROR_DATA_LIMIT])
+            error = response.text[:ERROR_DATA_LIMIT]
+            retryable = code in RETRYABLE or code >= 500
+        except httpx.TimeoutException:
+            code, error, retryable = None, f"timed out after {spec.timeout}", True
+        except httpx.HTTPError as exc:
+            code, error, retryable = None, f"{type(exc).__name__}: {exc}"[:ERROR_DATA_LIMIT], True
+        if not retryable or attempt == spec.retry:
+            return Outcome(False, attempt + 1, code, error)
+        if stop.wait(spec.delay(attempt)):
+            return Outcome(False, attempt + 1, code, error, aborted=True)
+    raise AssertionError("unreachable")

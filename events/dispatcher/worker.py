@@ -1,0 +1,196 @@
+"""One trigger's consumer loop: decode, validate, filter, claim, deliver, then acknowledge.
+
+``unordered`` runs up to ``concurrency`` deliveries at once; ``ordered`` runs one at a time
+per partition, in offset order. Either way a record is acknowledged only when it is fully
+handled (delivered, dead-lettered or filtered out), and the bus commits only the
+contiguous acknowledged prefix, so a crash never skips an unfinished event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+
+from cascade.core.errors import InvalidInput, RetryableError
+from cascade.core.idempotency import Claim, Idempotency, Liveness
+from cascade.core.state import StateStore
+from events.bus import Consumer, EventBus, Record, TopicPartition
+from events.dispatcher.deadletters import dead_letter
+from events.dispatcher.delivery import deliver
+from events.envelope import check_event
+from events.triggers import Trigger
+
+log = logging.getLogger("cascade.dispatcher")
+
+
+@dataclass
+class Stats:
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    filtered: int = 0
+    duplicates: int = 0
+    in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return {k: getattr(self, k) for k in ("delivered", "retried", "dead_lettered", "filtered",
+                                                  "duplicates", "in_flight")}
+
+
+class TriggerWorker:
+    def __init__(self, trigger: Trigger, bus: EventBus, store: StateStore, topic: str,
+                 resolve: Callable[[str], str], client: httpx.Client, *, liveness: Liveness | None = None,
+                 buffer: int = 1000) -> None:
+        self.trigger, self.bus, self.topic, self.client = trigger, bus, topic, client
+        self.url = trigger.subscriber if trigger.is_url else resolve(trigger.subscriber)
+        self.idem = Idempotency(store, f"trigger:{trigger.name}",
+                                claim_ttl=trigger.delivery.worst_case_seconds() + 30, liveness=liveness)
+        self.stats = Stats()
+        self.stop_event = threading.Event()
+        self._slots = threading.Semaphore(buffer if trigger.ordering == "ordered" else trigger.concurrency)
+        self._pool = ThreadPoolExecutor(trigger.concurrency if trigger.ordering == "unordered" else 64,
+                                        thread_name_prefix=f"trigger-{trigger.name}")
+        self._queues: dict[TopicPartition, deque[Record]] = {}
+        self._running: set[TopicPartition] = set()
+        self._lock = threading.Lock()
+        self._consumer: Consumer | None = None
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            try:
+                consumer = self.bus.subscribe([self.topic, self.trigger.retry_topic], self.trigger.group,
+                                              start=self.trigger.start)
+                break
+            except RetryableError as exc:
+                log.warning("trigger %s: cannot subscribe (%s); retrying", self.trigger.name, exc)
+                if self.stop_event.wait(1.0):
+                    return
+        self._consumer = consumer
+        try:
+            while not self.stop_event.is_set():
+                for record in consumer.poll(0.2, max_records=200):
+                    while not self._slots.acquire(timeout=0.2):
+                        if self.stop_event.is_set():
+                            return
+                    self.stats.add(in_flight=1)
+                    if self.trigger.ordering == "ordered":
+                        self._enqueue(record)
+                    else:
+                        self._pool.submit(self._handle_and_ack, record)
+        except Exception:
+            log.exception("trigger %s: consumer loop failed", self.trigger.name)
+            raise
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            consumer.close()
+
+    def _enqueue(self, record: Record) -> None:
+        with self._lock:
+            self._queues.setdefault(record.tp, deque()).append(record)
+            if record.tp in self._running:
+                return
+            self._running.add(record.tp)
+        self._pool.submit(self._drain, record.tp)
+
+    def _drain(self, tp: TopicPartition) -> None:
+        while True:
+            with self._lock:
+                queue = self._queues[tp]
+                if not queue or self.stop_event.is_set():
+                    self._running.discard(tp)
+                    return
+                record = queue.popleft()
+            self._handle_and_ack(record)
+
+    # -- one record --------------------------------------------------------------------
+    def _handle_and_ack(self, record: Record) -> None:
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    if self.handle(record):
+                        assert self._consumer is not None
+                        self._consumer.ack(record)
+                    return
+                except RetryableError as exc:  # bus or store down: try again, keep the record unacked
+                    log.warning("trigger %s: %s; retrying", self.trigger.name, exc)
+                    self.stop_event.wait(1.0)
+        except Exception:
+            log.exception("trigger %s: handling %s/%s failed", self.trigger.name, record.partition, record.offset)
+        finally:
+            self.stats.add(in_flight=-1)
+            self._slots.release()
+
+    def handle(self, record: Record) -> bool:
+        """Handle one record; True when it may be acknowledged."""
+        try:
+            event = record.event()
+            check_event(event)
+        except InvalidInput as exc:
+            self._dead_letter(record, None, f"{type(exc).__name__}: {exc}", 0)
+            return True
+        if not self.trigger.matches(event.get_attributes(), event.get_data()):
+            self.stats.add(filtered=1)
+            return True
+        source, ident = str(event["source"]), str(event["id"])
+        if event.get("cascadereplay"):
+            ident += f"#replay{event['cascadereplay']}"
+        claim = self.idem.claim(source, ident)
+        while claim is Claim.BUSY:  # another dispatcher is on it (rebalance) or crashed holding it
+            if self.stop_event.wait(0.5):
+                return False
+            claim = self.idem.claim(source, ident)
+        if claim is Claim.DONE:
+            self.stats.add(duplicates=1)
+            return True
+        try:
+            outcome = deliver(self.client, self.url, event, self.trigger.delivery, self.stop_event)
+            if outcome.aborted:
+                self.idem.release(source, ident)
+                return False
+            self.stats.add(retried=outcome.attempts - 1)
+            if outcome.ok:
+                if outcome.reply is not None:
+                    for name in ("traceparent", "tracestate", "project"):
+                        if event.get(name) and not outcome.reply.get(name):
+                            outcome.reply[name] = event[name]
+                    self.bus.publish(self.topic, outcome.reply)
+                self.stats.add(delivered=1)
+            else:
+                self._dead_letter(record, outcome.code, outcome.error, outcome.attempts)
+        except BaseException:
+            self.idem.release(source, ident)
+            raise
+        self.idem.complete(source, ident)
+        return True
+
+    def _dead_letter(self, record: Record, code: int | None, error: str, attempts: int) -> None:
+        letter = dead_letter(record.wire, self.trigger.name, self.url, code, error, attempts)
+        self.bus.append(self.trigger.dead_letter_topic, [letter])
+        self.stats.add(dead_lettered=1)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True

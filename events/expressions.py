@@ -44,6 +44,8 @@ def _check(node: ast.AST, text: str) -> None:
     for child in ast.walk(node):
         if isinstance(child, ast.Name) and child.id != "data" and child.id not in _FUNCTIONS:
             raise InvalidInput(f"unknown name {child.id!r} in {text!r}: use data.<field>", field="data")
+        if isinstance(child, ast.Attribute) and child.attr.startswith("_"):
+            raise InvalidInput(f"field names starting with '_' are not allowed in {text!r}", field="data")
         if isinstance(child, ast.Call) and not (isinstance(child.func, ast.Name) and child.func.id in _FUNCTIONS):
             raise InvalidInput(f"only {sorted(_FUNCTIONS)} may be called in {text!r}", field="data")
         allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,

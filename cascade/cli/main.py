@@ -23,6 +23,10 @@ events_app = typer.Typer(help="Look at the events on the bus.", no_args_is_help=
 app.add_typer(projects_app, name="projects")
 app.add_typer(tokens_app, name="tokens")
 sources_app = typer.Typer(help="Event sources that watch or pull.", no_args_is_help=True)
+triggers_app = typer.Typer(help="Triggers: which events reach which subscriber.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead letters of a trigger.", no_args_is_help=True)
+app.add_typer(triggers_app, name="triggers")
+app.add_typer(dlq_app, name="dlq")
 app.add_typer(events_app, name="events")
 app.add_typer(sources_app, name="sources")
 
@@ -30,6 +34,13 @@ app.add_typer(sources_app, name="sources")
 def fail(message: str, code: int = 2) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
+
+
+def console() -> Any:
+    """A rich console; when output is piped, wide enough that tables are not cut."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 240, highlight=False)
 
 
 def settings() -> Settings:
@@ -72,8 +83,10 @@ def gateway(
 
 
 def serve_gateway(cfg: Settings, host: str | None, port: int | None, *, announce: bool) -> None:
+    """Serve the gateway; with ``announce`` (``cascade up``) the dispatcher runs beside it."""
     import uvicorn
 
+    from events.dispatcher import Dispatcher
     from events.gateway import create_app
 
     cfg.home.mkdir(parents=True, exist_ok=True)
@@ -86,14 +99,24 @@ def serve_gateway(cfg: Settings, host: str | None, port: int | None, *, announce
         raise
     token = wiring.bootstrap_default_project(cfg, state)
     host, port = host or cfg.gateway.host, port or cfg.gateway.port
+    service = None
     if announce:
+        triggers = _triggers(cfg, None) if any(p.exists() for p in cfg.trigger_paths) else []
+        service = Dispatcher(bus, state, triggers, topic=cfg.bus.topic,
+                             resolve=lambda name: cfg.dispatcher.function_url.format(name=name))
+        service.start(metrics_port=cfg.dispatcher.metrics_port or None)
         typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
-        typer.echo(f"  gateway  http://{host}:{port}  (OpenAPI: /docs)")
-        typer.echo(f"  bus      {cfg.bus_url}")
-        typer.echo(f"  state    {cfg.state_url}")
+        typer.echo(f"  gateway     http://{host}:{port}  (OpenAPI: /docs)")
+        typer.echo(f"  dispatcher  {len(triggers)} trigger(s); metrics on :{cfg.dispatcher.metrics_port}")
+        typer.echo(f"  bus         {cfg.bus_url}")
+        typer.echo(f"  state       {cfg.state_url}")
         if token:
-            typer.echo(f"  token    {token}  (project 'default'; saved to {wiring.token_path(cfg)})")
-    uvicorn.run(create_app(bus, state, cfg.gateway, cfg.bus.topic), host=host, port=port, log_level="warning")
+            typer.echo(f"  token       {token}  (project 'default'; saved to {wiring.token_path(cfg)})")
+    try:
+        uvicorn.run(create_app(bus, state, cfg.gateway, cfg.bus.topic), host=host, port=port, log_level="warning")
+    finally:
+        if service is not None:
+            service.stop()
 
 
 @projects_app.command("create")
@@ -181,10 +204,8 @@ def events_tail(
     """Show events as they land on the bus."""
     import uuid
 
-    from rich.console import Console
-
     cfg = settings()
-    console = Console(file=sys.stdout, highlight=False)
+    out = console()
     consumer = wiring.bus(cfg).subscribe([cfg.bus.topic], f"cascade-tail-{os.getpid()}-{uuid.uuid4().hex[:6]}",
                                          start="earliest" if from_beginning else "latest")
     shown = 0
@@ -195,12 +216,12 @@ def events_tail(
                 try:
                     event = record.event()
                 except CascadeError as exc:
-                    console.print(f"[red]undecodable record {record.partition}/{record.offset}: {exc}[/red]")
+                    out.print(f"[red]undecodable record {record.partition}/{record.offset}: {exc}[/red]")
                     continue
                 short = str(event["type"]).removeprefix("io.cascade.")
                 if type and not any(short.startswith(t) or event["type"].startswith(t) for t in type):
                     continue
-                console.print(f"[dim]{event.get('time', '')}[/dim] [bold cyan]{short}[/bold cyan] "
+                out.print(f"[dim]{event.get('time', '')}[/dim] [bold cyan]{short}[/bold cyan] "
                               f"[yellow]{event.get('subject') or event.get('partitionkey') or ''}[/yellow] "
                               f"{json.dumps(event.get_data(), separators=(',', ':'))[:200]}")
                 shown += 1
@@ -243,3 +264,101 @@ def sources_s3_kafka(
         source.run()
     except KeyboardInterrupt:
         source.stop()
+
+
+def _triggers(cfg: Settings, paths: list[Path] | None) -> list[Any]:
+    from events.triggers import load_triggers
+
+    try:
+        return load_triggers(paths or cfg.trigger_paths)
+    except CascadeError as exc:
+        fail(f"{exc} (see docs/dispatcher.md for the trigger format)")
+        raise
+
+
+@app.command()
+def dispatcher(
+    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(help="Port for /metrics (0: none).")] = None,
+) -> None:
+    """Deliver events to the subscribers of every trigger until interrupted."""
+    import signal
+    import threading
+
+    from events.dispatcher import Dispatcher
+
+    cfg = settings()
+    found = _triggers(cfg, triggers)
+    port = cfg.dispatcher.metrics_port if metrics_port is None else metrics_port
+    service = Dispatcher(wiring.bus(cfg), wiring.store(cfg), found, topic=cfg.bus.topic,
+                         resolve=lambda name: cfg.dispatcher.function_url.format(name=name))
+    service.start(metrics_port=port or None)
+    typer.echo(f"dispatching {len(found)} trigger(s) from {cfg.bus.topic}" + (f"; metrics on :{port}" if port else ""))
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.stop()
+
+
+@triggers_app.command("ls")
+def triggers_ls(
+    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+) -> None:
+    """Declared triggers with their delivery counts and lag."""
+    from rich.table import Table
+
+    from events.dispatcher.service import trigger_lag
+
+    cfg = settings()
+    bus, state = wiring.bus(cfg), wiring.store(cfg)
+    table = Table("trigger", "subscriber", "ordering", "filters", "delivered", "retried", "dead", "in flight", "lag")
+    for t in _triggers(cfg, triggers):
+        stats = state.get_record("trigger-stats", t.name) or {}
+        table.add_row(t.name, t.subscriber, t.ordering, json.dumps(t.filters)[:40],
+                      *(str(stats.get(k, 0)) for k in ("delivered", "retried", "dead_lettered", "in_flight")),
+                      str(trigger_lag(bus, t, cfg.bus.topic)))
+    console().print(table)
+
+
+def _trigger(cfg: Settings, name: str, paths: list[Path] | None) -> Any:
+    for t in _triggers(cfg, paths):
+        if t.name == name:
+            return t
+    fail(f"no trigger named {name!r}; list them with: cascade triggers ls")
+
+
+@dlq_app.command("ls")
+def dlq_ls(
+    trigger: str,
+    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+) -> None:
+    """Dead letters of TRIGGER with their error code, destination and reason."""
+    from rich.table import Table
+
+    from events.dispatcher.deadletters import list_letters
+
+    cfg = settings()
+    letters = list_letters(wiring.bus(cfg), _trigger(cfg, trigger, triggers))
+    table = Table("offset", "id", "type", "code", "attempts", "error")
+    for letter in letters:
+        s = letter.summary()
+        table.add_row(s["offset"], s["id"], s["type"], s["code"], s["attempts"], s["error"])
+    console().print(table)
+    typer.echo(f"{len(letters)} dead letter(s); send them again with: cascade dlq replay {trigger}")
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    trigger: str,
+    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+) -> None:
+    """Send TRIGGER's dead letters to it again (each once), after fixing the subscriber."""
+    from events.dispatcher.deadletters import replay
+
+    cfg = settings()
+    count = replay(wiring.bus(cfg), _trigger(cfg, trigger, triggers))
+    typer.echo(f"replayed {count} dead letter(s) to {trigger}")

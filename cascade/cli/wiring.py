@@ -13,7 +13,7 @@ TOKEN_FILE = "token"
 
 
 def bus(settings: Settings) -> EventBus:
-    return open_bus(settings.bus_url, partitions=settings.bus.partitions)
+    return open_bus(settings.bus_url, partitions=settings.bus.partitions, session_timeout=settings.bus.session_timeout)
 
 
 def store(settings: Settings) -> StateStore:

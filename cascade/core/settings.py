@@ -41,6 +41,17 @@ class BusSettings(BaseModel):
     """The broker topic every event is published to (Knative's Kafka Broker also uses one)."""
     partitions: int = 4
     """Partitions of topics Cascade creates."""
+    session_timeout: float = 10.0
+    """Seconds after which a consumer that stopped heartbeating loses its partitions."""
+
+
+class DispatcherSettings(BaseModel):
+    triggers: list[Path] = Field(default_factory=list)
+    """Files or folders with triggers (func.yaml, *.triggers.yaml); empty means CASCADE_HOME/functions."""
+    function_url: str = "http://127.0.0.1:8071/functions/{name}"
+    """Where a trigger whose subscriber is a function name delivers ({name} is replaced)."""
+    metrics_port: int = 8072
+    """Port of the dispatcher's Prometheus /metrics (0 disables it)."""
 
 
 class StateSettings(BaseModel):
@@ -58,6 +69,11 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     bus: BusSettings = Field(default_factory=BusSettings)
     state: StateSettings = Field(default_factory=StateSettings)
+    dispatcher: DispatcherSettings = Field(default_factory=DispatcherSettings)
+
+    @property
+    def trigger_paths(self) -> list[Path]:
+        return self.dispatcher.triggers or [self.home / "functions"]
 
     @property
     def bus_url(self) -> str:

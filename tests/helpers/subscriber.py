@@ -80,6 +80,7 @@ class Subscriber:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # type: ignore[method-assign]  # callers vanish
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

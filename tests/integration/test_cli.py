@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -75,3 +76,53 @@ def test_up_then_emit_then_tail(served: tuple[Path, int]) -> None:
     assert "dataset.uploaded" in tail and "cats" in tail
     bad = cli(home, "emit", "dataset.uploaded", "--data", '{"dataset": "cats"}', "--gateway", gateway, check=False)
     assert bad.returncode == 2 and "/data/uri" in bad.stderr
+
+
+def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
+    from tests.helpers.subscriber import Subscriber
+
+    sub = Subscriber(behaviours={"/down": lambda d, i: (500, {}, b"subscriber is down")})
+    triggers = tmp_path / "hooks.triggers.yaml"
+    triggers.write_text(f"triggers:\n- name: hook\n  subscriber: {sub.url('/ok')}\n  start: earliest\n"
+                        f"- name: broken\n  subscriber: {sub.url('/down')}\n  start: earliest\n"
+                        "  delivery: {retry: 1, backoffDelay: PT0.01S}\n")
+    port, metrics = free_port(), free_port()
+    env = {**os.environ, "CASCADE_HOME": str(tmp_path), "CASCADE_DISPATCHER__TRIGGERS": json.dumps([str(triggers)]),
+           "CASCADE_DISPATCHER__METRICS_PORT": str(metrics)}
+    proc = subprocess.Popen([*CASCADE, "up", "--port", str(port)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        gateway = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{gateway}/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        data = '{"jobId": "job-1"}'
+        cli(tmp_path, "emit", "job.cancelled", "--data", data, "--gateway", gateway)
+        deadline = time.monotonic() + 30
+        while not (sub.at("/ok") and len(sub.at("/down")) == 2):
+            assert time.monotonic() < deadline, "not delivered"
+            time.sleep(0.1)
+        time.sleep(2.5)  # stats are saved every 2 s
+        listing = cli(tmp_path, "triggers", "ls", "--triggers", str(triggers)).stdout
+        row = next(line for line in listing.splitlines() if "hook" in line)
+        assert " 1 " in row, listing
+        letters = cli(tmp_path, "dlq", "ls", "broken", "--triggers", str(triggers)).stdout
+        assert "io.cascade.job.cancelled.v1" in letters and "500" in letters and "1 dead letter(s)" in letters
+        sub.behaviours["/down"] = lambda d, i: (200, {}, b"")
+        assert "replayed 1" in cli(tmp_path, "dlq", "replay", "broken", "--triggers", str(triggers)).stdout
+        deadline = time.monotonic() + 30
+        while len(sub.at("/down")) < 3:
+            assert time.monotonic() < deadline, "replay not delivered"
+            time.sleep(0.1)
+        assert 'cascade_trigger_delivered_total{trigger="hook"} 1.0' in httpx.get(f"http://127.0.0.1:{metrics}/metrics").text
+        missing = cli(tmp_path, "dlq", "ls", "nope", "--triggers", str(triggers), check=False)
+        assert missing.returncode == 2 and "cascade triggers ls" in missing.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        sub.close()

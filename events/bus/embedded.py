@@ -65,7 +65,7 @@ class EmbeddedBus(BusBase):
         synchronous: str = "FULL",
         session_timeout: float = 10.0,
         commit_interval: float = 0.5,
-        poll_interval: float = 0.002,
+        poll_interval: float = 0.001,
     ) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)

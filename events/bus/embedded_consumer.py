@@ -31,6 +31,7 @@ class EmbeddedConsumer:
         self._last_rebalance = 0.0
         self._last_commit = time.monotonic()
         self._data_version = -1
+        self._last_records = time.monotonic()
         self._closed = False
         for topic in topics:
             bus.ensure_topic(topic)
@@ -150,11 +151,15 @@ class EmbeddedConsumer:
                 self._data_version = version
                 records = self._fetch(max_records)
                 if records:
+                    self._last_records = time.monotonic()
                     return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            self.bus.wait_for_change(min(self.bus.poll_interval, remaining))
+            # Poll other processes' writes every poll_interval while busy; after a second of
+            # quiet, five times less often (writes from this process still wake us at once).
+            idle = time.monotonic() - self._last_records > 1.0
+            self.bus.wait_for_change(min(self.bus.poll_interval * (5 if idle else 1), remaining))
 
     def close(self) -> None:
         if self._closed:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import httpx
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput
 from events.bindings import http as ce_http
+from events.dispatcher.http import DeliveryError, DeliveryTimeout, Response, ThreadLocalHTTP
 from events.envelope import check_event
 from events.triggers import Delivery
 
@@ -32,26 +32,26 @@ class Outcome:
     aborted: bool = False  # the dispatcher is stopping: neither delivered nor failed
 
 
-def _reply(response: httpx.Response) -> CloudEvent | None:
+def _reply(response: Response) -> CloudEvent | None:
     ctype = response.headers.get("content-type", "")
     if "ce-specversion" not in response.headers and not ctype.startswith("application/cloudevents"):
         return None
-    events = ce_http.parse(dict(response.headers), response.content)
+    events = ce_http.parse(response.headers, response.body)
     if len(events) != 1:
         raise InvalidInput(f"a reply must be one event, got {len(events)}")
     check_event(events[0])
     return events[0]
 
 
-def deliver(client: httpx.Client, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event) -> Outcome:
+def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event) -> Outcome:
     """POST ``event`` to ``url`` in binary mode until it succeeds, fails for good, or retries run out."""
     headers, body = ce_http.to_binary(event)
     code: int | None = None
     error = ""
     for attempt in range(spec.retry + 1):
         try:
-            response = client.post(url, headers=headers, content=body, timeout=spec.timeout_seconds)
-            code = response.status_code
+            response = client.post(url, headers, body, spec.timeout_seconds)
+            code = response.status
             if 200 <= code < 300:
                 try:
                     return Outcome(True, attempt + 1, code, reply=_reply(response))
@@ -59,10 +59,10 @@ def deliver(client: httpx.Client, url: str, event: CloudEvent, spec: Delivery, s
                     return Outcome(False, attempt + 1, code, f"invalid reply: {exc}"[:ERROR_DATA_LIMIT])
             error = response.text[:ERROR_DATA_LIMIT]
             retryable = code in RETRYABLE or code >= 500
-        except httpx.TimeoutException:
+        except DeliveryTimeout:
             code, error, retryable = None, f"timed out after {spec.timeout}", True
-        except httpx.HTTPError as exc:
-            code, error, retryable = None, f"{type(exc).__name__}: {exc}"[:ERROR_DATA_LIMIT], True
+        except DeliveryError as exc:
+            code, error, retryable = None, str(exc)[:ERROR_DATA_LIMIT], True
         if not retryable or attempt == spec.retry:
             return Outcome(False, attempt + 1, code, error)
         if stop.wait(spec.delay(attempt)):

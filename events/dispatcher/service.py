@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import httpx
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,6 +20,7 @@ from prometheus_client.registry import Collector
 from cascade.core.idempotency import Liveness
 from cascade.core.state import StateStore
 from events.bus import EventBus
+from events.dispatcher.http import ThreadLocalHTTP
 from events.dispatcher.worker import TriggerWorker
 from events.triggers import Trigger
 
@@ -42,7 +42,7 @@ class Dispatcher:
                  resolve: Callable[[str], str], stats_interval: float = 2.0) -> None:
         self.bus, self.store, self.topic, self.stats_interval = bus, store, topic, stats_interval
         self.liveness = Liveness(store)
-        self.client = httpx.Client(limits=httpx.Limits(max_connections=512, max_keepalive_connections=512))
+        self.client = ThreadLocalHTTP()
         self.workers = {t.name: TriggerWorker(t, bus, store, topic, resolve, self.client, liveness=self.liveness)
                         for t in triggers}
         self.lag: dict[str, int] = {}

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import httpx
 
 from cascade.core.errors import InvalidInput, RetryableError
 from cascade.core.idempotency import Claim, Idempotency, Liveness
 from cascade.core.state import StateStore
 from events.bus import Consumer, EventBus, Record, TopicPartition
 from events.dispatcher.deadletters import dead_letter
+from events.dispatcher.http import ThreadLocalHTTP
 from events.dispatcher.delivery import deliver
 from events.envelope import check_event
 from events.triggers import Trigger
@@ -53,7 +53,7 @@ class Stats:
 
 class TriggerWorker:
     def __init__(self, trigger: Trigger, bus: EventBus, store: StateStore, topic: str,
-                 resolve: Callable[[str], str], client: httpx.Client, *, liveness: Liveness | None = None,
+                 resolve: Callable[[str], str], client: ThreadLocalHTTP, *, liveness: Liveness | None = None,
                  buffer: int = 1000) -> None:
         self.trigger, self.bus, self.topic, self.client = trigger, bus, topic, client
         self.url = trigger.subscriber if trigger.is_url else resolve(trigger.subscriber)

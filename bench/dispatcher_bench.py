@@ -1,0 +1,164 @@
+"""Dispatcher benchmarks: publish -> subscriber-start latency, and delivery throughput.
+
+Latency at a fixed rate on Kafka and on the embedded bus (dispatcher in its own process,
+subscriber in this one). Throughput: a no-op HTTP subscriber against the raw kafka-python
+consumer reading the same topic, in the same run. Needs Kafka and Redis up.
+Run:  .venv/bin/python -m bench.dispatcher_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from kafka import KafkaConsumer
+
+from bench.common import paced, percentile, table
+from bench.gateway_bench import free_port
+from events.bus import open_bus
+from events.envelope import new_event
+from tests.helpers.subscriber import Answer, Delivery, Subscriber
+
+KAFKA = "127.0.0.1:9092"
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+def dispatcher(home: Path, bus_url: str, state_url: str, topic: str, url: str, metrics: int,
+               concurrency: int) -> subprocess.Popen[bytes]:
+    triggers = home / "bench.triggers.yaml"
+    triggers.write_text(f"triggers:\n- name: {topic}-t\n  subscriber: {url}\n  start: earliest\n"
+                        f"  concurrency: {concurrency}\n")
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__URL": bus_url, "CASCADE_BUS__TOPIC": topic,
+           "CASCADE_STATE__URL": state_url, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen([sys.executable, "-m", "cascade.cli", "dispatcher", "--triggers", str(triggers),
+                             "--metrics-port", str(metrics)], env=env, stdout=subprocess.DEVNULL)
+
+
+def delivered(metrics: int, trigger: str) -> int:
+    try:
+        text = httpx.get(f"http://127.0.0.1:{metrics}/metrics").text
+    except httpx.HTTPError:
+        return 0
+    match = re.search(rf'cascade_trigger_delivered_total{{trigger="{re.escape(trigger)}"}} ([\d.e+]+)', text)
+    return int(float(match.group(1))) if match else 0
+
+
+def latency(bus_url: str, state_url: str, rate: float, count: int) -> list[float]:
+    home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
+    if bus_url.startswith("embedded"):
+        bus_url = f"embedded://{home}/bus.db"
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    bus = open_bus(bus_url)
+    bus.ensure_topic(topic)
+    arrived: dict[str, float] = {}
+
+    def record(d: Delivery, n: int) -> Answer:
+        arrived[d.id] = time.time()
+        return 200, {}, b""
+
+    sub = Subscriber(behaviours={"/l": record})
+    metrics = free_port()
+    proc = dispatcher(home, bus_url, state_url, topic, sub.url("/l"), metrics, 64)
+    sent: dict[str, float] = {}
+    try:
+        bus.publish(topic, new_event("job.cancelled", {"jobId": "warm"}, source="/bench", id="warm"))
+        deadline = time.monotonic() + 60
+        while "warm" not in arrived:
+            assert time.monotonic() < deadline, "dispatcher did not start"
+            time.sleep(0.05)
+        events = [new_event("job.cancelled", {"jobId": f"j{i}"}, source="/bench", id=f"e{i}", partitionkey=f"k{i % 64}")
+                  for i in range(count)]
+
+        def send(i: int) -> None:
+            sent[f"e{i}"] = time.time()
+            bus.publish(topic, events[i])
+
+        paced(rate, count, send)
+        deadline = time.monotonic() + 30
+        while len(arrived) < count + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait()
+        sub.close()
+        bus.close()
+    return [(arrived[i] - sent[i]) * 1000 for i in sent if i in arrived]
+
+
+def throughput(count: int) -> tuple[float, float]:
+    home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    bus = open_bus(f"kafka://{KAFKA}")
+    bus.ensure_topic(topic)
+    for start in range(0, count, 1000):
+        bus.publish_many(topic, [new_event("job.cancelled", {"jobId": f"j{i}"}, source="/bench", id=f"e{i}",
+                                           partitionkey=f"k{i % 64}") for i in range(start, start + 1000)])
+    raw = KafkaConsumer(topic, bootstrap_servers=KAFKA, group_id=f"raw-{topic}", auto_offset_reset="earliest",
+                        enable_auto_commit=False)
+    t0, got = time.perf_counter(), 0
+    while got < count:
+        got += sum(len(v) for v in raw.poll(500).values())
+    raw_rate = count / (time.perf_counter() - t0)
+    raw.close()
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.noop_subscriber:app", "--port", str(port),
+                               "--log-level", "warning", "--no-access-log"])
+    metrics = free_port()
+    time.sleep(1.0)
+    t0 = time.perf_counter()
+    proc = dispatcher(home, f"kafka://{KAFKA}", REDIS, topic, f"http://127.0.0.1:{port}/", metrics, 64)
+    try:
+        first = None
+        while True:
+            n = delivered(metrics, f"{topic}-t")
+            if n and first is None:
+                first = (time.perf_counter(), n)
+            if n >= count:
+                break
+            time.sleep(0.05)
+        assert first is not None
+        rate = (count - first[1]) / (time.perf_counter() - first[0])
+    finally:
+        proc.terminate()
+        server.terminate()
+        proc.wait()
+        bus.close()
+    return rate, raw_rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--events", type=int, default=5000, help="events in the throughput run")
+    args = parser.parse_args()
+    count = int(args.rate * args.seconds)
+    rows = []
+    lat = {}
+    for name, bus_url, state_url in (("kafka + redis", f"kafka://{KAFKA}", REDIS),
+                                     ("embedded + sqlite", "embedded", "")):
+        home_state = state_url or f"sqlite://{tempfile.mkdtemp()}/state.db"
+        lat[name] = latency(bus_url, home_state, args.rate, count)
+    base = percentile(lat["kafka + redis"], 50)
+    for name, values in lat.items():
+        rows.append([name, len(values), percentile(values, 50), percentile(values, 99), percentile(values, 50) / base])
+    print(table(f"Publish -> subscriber start (ms) at {args.rate:.0f} events/s for {args.seconds:.0f}s "
+                "(ratio: p50 vs Kafka)", ["bus", "events", "p50", "p99", "p50 ratio"], rows))
+    print()
+    rate, raw = throughput(args.events)
+    print(table(f"Delivery throughput, {args.events} events, no-op HTTP subscriber",
+                ["reader", "events/s", "ratio"], [["raw kafka-python consumer", raw, 1.0],
+                                                  ["cascade dispatcher (HTTP delivery)", rate, rate / raw]]))
+
+
+if __name__ == "__main__":
+    main()

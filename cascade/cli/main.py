@@ -64,59 +64,64 @@ def up(
     bus: Annotated[Optional[str], typer.Option(help="kafka://HOST:PORT (default: embedded SQLite log).")] = None,
     state: Annotated[Optional[str], typer.Option(help="redis://HOST:PORT/DB (default: SQLite).")] = None,
 ) -> None:
-    """Run the platform on this machine (embedded bus and state unless told otherwise)."""
+    """Run the platform on this machine: gateway, dispatcher and function runtime."""
+    from cascade.cli.platform import Platform
+
     cfg = settings()
-    if bus:
-        cfg.bus.url = bus
-    if state:
-        cfg.state.url = state
-    serve_gateway(cfg, host, port, announce=True)
+    cfg.bus.url = bus or cfg.bus.url
+    cfg.state.url = state or cfg.state.url
+    cfg.gateway.host = host or cfg.gateway.host
+    cfg.gateway.port = port or cfg.gateway.port
+    platform = _build(cfg)
+    try:
+        platform.start()
+    except RuntimeError as exc:
+        fail(str(exc))
+    typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
+    typer.echo(f"  gateway     http://{cfg.gateway.host}:{cfg.gateway.port}  (OpenAPI: /docs)")
+    typer.echo(f"  functions   http://{cfg.functions.host}:{cfg.functions.port}/functions/<name>  "
+               f"({len(platform.functions)} function(s))")
+    typer.echo(f"  dispatcher  {len(platform.triggers)} trigger(s); metrics on :{cfg.dispatcher.metrics_port}")
+    typer.echo(f"  bus         {cfg.bus_url}")
+    typer.echo(f"  state       {cfg.state_url}")
+    if platform.token:
+        typer.echo(f"  token       {platform.token}  (project 'default'; saved to {wiring.token_path(cfg)})")
+    try:
+        platform.wait()
+    finally:
+        typer.echo("stopping: draining requests and instances")
+        platform.stop()
+
+
+def _build(cfg: Settings) -> Any:
+    from cascade.cli.platform import Platform
+
+    try:
+        return Platform.build(cfg)
+    except CascadeError as exc:
+        fail(f"{exc} (for Kafka and Redis: scripts/services.sh start)")
 
 
 @app.command()
-def gateway(
-    host: Annotated[Optional[str], typer.Option(help="Address to listen on.")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Port to listen on.")] = None,
-) -> None:
-    """Serve the event gateway (webhooks, /events, /v1/jobs)."""
-    serve_gateway(settings(), host, port, announce=False)
-
-
-def serve_gateway(cfg: Settings, host: str | None, port: int | None, *, announce: bool) -> None:
-    """Serve the gateway; with ``announce`` (``cascade up``) the dispatcher runs beside it."""
-    import uvicorn
-
-    from events.dispatcher import Dispatcher
-    from events.gateway import create_app
-
-    cfg.home.mkdir(parents=True, exist_ok=True)
+def gateway() -> None:
+    """Serve only the event gateway (webhooks, /events, /v1/jobs)."""
+    platform = _build(settings())
+    platform.start(runtime=False, dispatcher=False)
     try:
-        state = wiring.store(cfg)
-        bus = wiring.bus(cfg)
-        bus.ensure_topic(cfg.bus.topic)
-    except CascadeError as exc:
-        fail(f"{exc} (start Kafka and Redis with scripts/services.sh start, or drop --bus/--state)")
-        raise
-    token = wiring.bootstrap_default_project(cfg, state)
-    host, port = host or cfg.gateway.host, port or cfg.gateway.port
-    service = None
-    if announce:
-        triggers = _triggers(cfg, None) if any(p.exists() for p in cfg.trigger_paths) else []
-        service = Dispatcher(bus, state, triggers, topic=cfg.bus.topic,
-                             resolve=lambda name: cfg.dispatcher.function_url.format(name=name))
-        service.start(metrics_port=cfg.dispatcher.metrics_port or None)
-        typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
-        typer.echo(f"  gateway     http://{host}:{port}  (OpenAPI: /docs)")
-        typer.echo(f"  dispatcher  {len(triggers)} trigger(s); metrics on :{cfg.dispatcher.metrics_port}")
-        typer.echo(f"  bus         {cfg.bus_url}")
-        typer.echo(f"  state       {cfg.state_url}")
-        if token:
-            typer.echo(f"  token       {token}  (project 'default'; saved to {wiring.token_path(cfg)})")
-    try:
-        uvicorn.run(create_app(bus, state, cfg.gateway, cfg.bus.topic), host=host, port=port, log_level="warning")
+        platform.wait()
     finally:
-        if service is not None:
-            service.stop()
+        platform.stop()
+
+
+@app.command()
+def runtime() -> None:
+    """Serve only the function runtime (activator and autoscaler) for the functions found."""
+    platform = _build(settings())
+    platform.start(gateway=False, dispatcher=False)
+    try:
+        platform.wait()
+    finally:
+        platform.stop()
 
 
 @projects_app.command("create")
@@ -291,7 +296,7 @@ def dispatcher(
     found = _triggers(cfg, triggers)
     port = cfg.dispatcher.metrics_port if metrics_port is None else metrics_port
     service = Dispatcher(wiring.bus(cfg), wiring.store(cfg), found, topic=cfg.bus.topic,
-                         resolve=lambda name: cfg.dispatcher.function_url.format(name=name))
+                         resolve=cfg.function_url)
     service.start(metrics_port=port or None)
     typer.echo(f"dispatching {len(found)} trigger(s) from {cfg.bus.topic}" + (f"; metrics on :{port}" if port else ""))
     done = threading.Event()
@@ -362,3 +367,95 @@ def dlq_replay(
     cfg = settings()
     count = replay(wiring.bus(cfg), _trigger(cfg, trigger, triggers))
     typer.echo(f"replayed {count} dead letter(s) to {trigger}")
+
+
+functions_app = typer.Typer(help="Functions: handlers that scale to zero.", no_args_is_help=True)
+app.add_typer(functions_app, name="functions")
+
+FUNC_YAML = """name: {name}
+module: handler
+triggers:
+- name: {name}
+  filters:
+  - exact: {{type: io.cascade.dataset.uploaded.v1}}
+annotations:
+  autoscaling.knative.dev/min-scale: "0"
+  autoscaling.knative.dev/max-scale: "10"
+  autoscaling.knative.dev/target: "10"
+containerConcurrency: 0
+resources: {{accelerator: "0", cpu: "1", memory: 512Mi}}
+env: {{}}
+secrets: []
+"""
+
+HANDLER = '''"""{name}: what this function does, and for which events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+
+def start(config: dict[str, Any]) -> None:
+    """Runs once per instance, before the first event (open clients, load models)."""
+
+
+def handle(event: CloudEvent) -> None | CloudEvent | list[CloudEvent]:
+    """Handle one event; return nothing, or events to publish as the reply."""
+    print(f"{name}: {{event['type']}} {{event['id']}}", flush=True)
+    return None
+'''
+
+
+@functions_app.command("new")
+def functions_new(
+    name: str,
+    directory: Annotated[Optional[Path], typer.Option("--dir", help="Parent folder (default: the first functions path).")] = None,
+) -> None:
+    """Scaffold a function: NAME/func.yaml and NAME/handler.py."""
+    import re
+
+    if not re.match(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", name):
+        fail(f"function name {name!r} must be lowercase letters, digits and '-' (a Knative Service name)")
+    cfg = settings()
+    target = (directory or cfg.function_paths[0]) / name
+    if target.exists():
+        fail(f"{target} exists; pick another name or remove it")
+    target.mkdir(parents=True)
+    (target / "func.yaml").write_text(FUNC_YAML.format(name=name))
+    (target / "handler.py").write_text(HANDLER.format(name=name))
+    typer.echo(f"created {target}/func.yaml and handler.py; `cascade up` serves it at "
+               f"http://{cfg.functions.host}:{cfg.functions.port}/functions/{name}")
+
+
+@functions_app.command("ls")
+def functions_ls() -> None:
+    """Functions found, their triggers and live instances (when the runtime is up)."""
+    import httpx
+    from rich.table import Table
+
+    from functions.spec import discover
+
+    cfg = settings()
+    try:
+        specs = discover(cfg.function_paths)
+    except CascadeError as exc:
+        fail(str(exc))
+        raise
+    try:
+        live = {s["name"]: s for s in httpx.get(
+            f"http://{cfg.functions.host}:{cfg.functions.port}/_runtime/services", timeout=2).json()}
+    except (httpx.HTTPError, ValueError):
+        live = {}
+    table = Table("function", "triggers", "min", "max", "instances", "in flight", "path")
+    for spec in specs:
+        s = live.get(spec.name)
+        instances = "-" if s is None else f"{s['ready']} ready, {s['starting']} starting"
+        ann = spec.annotations
+        table.add_row(spec.name, ", ".join(t["name"] for t in spec.triggers),
+                      ann.get("autoscaling.knative.dev/min-scale", "0"), ann.get("autoscaling.knative.dev/max-scale", "0"),
+                      instances, "-" if s is None else str(s["inflight"]), str(spec.path))
+    console().print(table)
+    if not live:
+        typer.echo("(runtime not reachable: instance counts need `cascade up`)")

@@ -45,11 +45,26 @@ class BusSettings(BaseModel):
     """Seconds after which a consumer that stopped heartbeating loses its partitions."""
 
 
+class FunctionSettings(BaseModel):
+    paths: list[Path] = Field(default_factory=list)
+    """Folders searched for functions (a folder with func.yaml); empty means CASCADE_HOME/functions."""
+    host: str = "127.0.0.1"
+    """Address of the function runtime's activator."""
+    port: int = 8071
+    """Port of the activator: functions answer at /functions/<name>."""
+    scale_to_zero_grace_seconds: float = 30.0
+    """Knative's scale-to-zero-grace-period: how long an idle service keeps its last instance."""
+    queue_timeout_seconds: float = 300.0
+    """How long a request may wait for an instance (cold start included) before a 503."""
+    tick_seconds: float = 0.2
+    """How often the autoscaler decides."""
+
+
 class DispatcherSettings(BaseModel):
     triggers: list[Path] = Field(default_factory=list)
-    """Files or folders with triggers (func.yaml, *.triggers.yaml); empty means CASCADE_HOME/functions."""
-    function_url: str = "http://127.0.0.1:8071/functions/{name}"
-    """Where a trigger whose subscriber is a function name delivers ({name} is replaced)."""
+    """Extra files or folders with triggers (*.triggers.yaml); the functions' func.yaml are always read."""
+    function_url: str = ""
+    """Where a trigger whose subscriber is a function name delivers ({name} is replaced); empty: the local runtime."""
     metrics_port: int = 8072
     """Port of the dispatcher's Prometheus /metrics (0 disables it)."""
 
@@ -70,10 +85,19 @@ class Settings(BaseSettings):
     bus: BusSettings = Field(default_factory=BusSettings)
     state: StateSettings = Field(default_factory=StateSettings)
     dispatcher: DispatcherSettings = Field(default_factory=DispatcherSettings)
+    functions: FunctionSettings = Field(default_factory=FunctionSettings)
+
+    @property
+    def function_paths(self) -> list[Path]:
+        return self.functions.paths or [self.home / "functions"]
+
+    def function_url(self, name: str) -> str:
+        template = self.dispatcher.function_url or f"http://{self.functions.host}:{self.functions.port}/functions/{{name}}"
+        return template.format(name=name)
 
     @property
     def trigger_paths(self) -> list[Path]:
-        return self.dispatcher.triggers or [self.home / "functions"]
+        return [*self.function_paths, *self.dispatcher.triggers]
 
     @property
     def bus_url(self) -> str:

@@ -1,0 +1,99 @@
+"""The platform in one process tree: gateway, dispatcher and function runtime on one machine.
+
+``cascade up`` builds it from settings. The gateway and the runtime's activator are uvicorn
+servers in threads of their own; the dispatcher is a set of threads; function instances are
+processes forked from per-function templates. Ctrl-C (or SIGTERM) stops the gateway from
+accepting, lets requests in flight finish, stops the dispatcher (unacknowledged events are
+redelivered next time) and drains the instances.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from cascade.cli import wiring
+from cascade.core.settings import Settings
+from cascade.core.state import StateStore
+from events.bus import EventBus
+from events.dispatcher import Dispatcher
+from events.gateway import create_app
+from events.triggers import Trigger, load_triggers
+from functions.deploy import register
+from functions.spec import FunctionSpec, discover
+from serving.runtime.activator import Runtime
+
+
+@dataclass
+class Platform:
+    cfg: Settings
+    bus: EventBus
+    state: StateStore
+    functions: list[FunctionSpec]
+    triggers: list[Trigger]
+    token: str | None = None
+    servers: list[uvicorn.Server] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    dispatcher: Dispatcher | None = None
+
+    @classmethod
+    def build(cls, cfg: Settings) -> Platform:
+        cfg.home.mkdir(parents=True, exist_ok=True)
+        state, bus = wiring.store(cfg), wiring.bus(cfg)
+        bus.ensure_topic(cfg.bus.topic)
+        functions = discover(cfg.function_paths)
+        triggers = [t for f in functions for t in f.trigger_models()]
+        triggers += load_triggers([p for p in cfg.dispatcher.triggers if p.exists()])
+        return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state))
+
+    def _serve(self, app: Any, host: str, port: int, name: str) -> None:
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+        thread = threading.Thread(target=server.run, name=name, daemon=True)
+        thread.start()
+        self.servers.append(server)
+        self.threads.append(thread)
+
+    def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True) -> None:
+        cfg = self.cfg
+        if runtime:
+            rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds)
+            for spec in self.functions:
+                register(rt, spec, state_url=cfg.state_url, scale_to_zero_grace=cfg.functions.scale_to_zero_grace_seconds,
+                         queue_timeout=cfg.functions.queue_timeout_seconds)
+            self._serve(rt, cfg.functions.host, cfg.functions.port, "runtime")
+        if gateway:
+            self._serve(create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic), cfg.gateway.host,
+                        cfg.gateway.port, "gateway")
+        deadline = time.monotonic() + 60
+        while not all(s.started for s in self.servers):
+            if any(not t.is_alive() for t in self.threads) or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("a server did not start (is its port in use?)")
+            time.sleep(0.02)
+        if dispatcher:
+            self.dispatcher = Dispatcher(self.bus, self.state, self.triggers, topic=cfg.bus.topic,
+                                         resolve=cfg.function_url)
+            self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None, metrics_host=cfg.gateway.host)
+
+    def wait(self) -> None:
+        """Block until SIGINT or SIGTERM."""
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        while not done.wait(0.5):
+            if any(not t.is_alive() for t in self.threads):
+                break
+
+    def stop(self) -> None:
+        for server in self.servers:  # the gateway first: no new events accepted
+            server.should_exit = True
+        for thread in self.threads:
+            thread.join(60)
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+        self.bus.close()

@@ -1,0 +1,44 @@
+"""Put functions on the local runtime: a FunctionSpec becomes a scale-to-zero service.
+
+The function's Knative annotations become its scaling policy; its env, resolved secrets
+and the state store URL (for effectively-once handling) become the instances' config.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cascade.core.errors import InvalidInput
+from serving.runtime.activator import Runtime
+from serving.runtime.policy import ScalingPolicy
+from serving.runtime.service import Service
+from functions.spec import FunctionSpec
+
+
+def secret_env(spec: FunctionSpec) -> dict[str, str]:
+    """Secrets by name, from ``CASCADE_SECRET_<NAME>`` (dashes as underscores, upper case)."""
+    env = {}
+    for name in spec.secrets:
+        var = "CASCADE_SECRET_" + name.replace("-", "_").upper()
+        if var not in os.environ:
+            raise InvalidInput(f"function {spec.name}: secret {name!r} is not set; export {var}=...",
+                               field=f"{spec.path}/func.yaml#secrets")
+        env[name.replace("-", "_").upper()] = os.environ[var]
+    return env
+
+
+def policy(spec: FunctionSpec, scale_to_zero_grace: float) -> ScalingPolicy:
+    return ScalingPolicy.from_annotations(spec.annotations, container_concurrency=spec.container_concurrency,
+                                          scale_to_zero_grace=scale_to_zero_grace)
+
+
+def instance_config(spec: FunctionSpec, state_url: str) -> dict[str, Any]:
+    return {"path": str(spec.path), "module": spec.module, "env": {**spec.env, **secret_env(spec)},
+            "idempotent": spec.idempotent, "state_url": state_url}
+
+
+def register(runtime: Runtime, spec: FunctionSpec, *, state_url: str, scale_to_zero_grace: float = 30.0,
+             queue_timeout: float = 300.0) -> Service:
+    return runtime.add_function(spec.name, policy(spec, scale_to_zero_grace), instance_config(spec, state_url),
+                                queue_timeout=queue_timeout)

@@ -1,0 +1,133 @@
+"""Inside an instance: serve one function's ``handle(event)`` over the CloudEvents HTTP binding.
+
+Runs in a process forked from the function's template (``template``), on a UNIX socket the
+activator names. ``start(config)`` runs here, after the fork; sync handlers run in a thread
+pool so one slow call does not stall the others; ``stop()`` runs after draining on SIGTERM.
+A handler's exception answers 500 with the error; the instance keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import traceback
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.idempotency import Claim, Idempotency
+from cascade.core.state import StateStore, open_store
+from events.bindings import http as ce_http
+from events.envelope import check_event
+from serving.runtime import http11
+
+
+def control(message: dict[str, Any], fd: int = 1) -> None:
+    """A line on the control channel (the template's stdout), written without Python locks."""
+    os.write(fd, (json.dumps(message) + "\n").encode())
+
+
+class Instance:
+    def __init__(self, module: ModuleType, name: str, config: dict[str, Any]) -> None:
+        self.module, self.name, self.config = module, name, config
+        self.handle: Callable[..., Any] = getattr(module, "handle")
+        self.is_async = inspect.iscoroutinefunction(self.handle)
+        self.active = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.store: StateStore | None = None
+        self.idem: Idempotency | None = None
+        if config.get("idempotent") and config.get("state_url"):
+            self.store = open_store(config["state_url"])
+            self.idem = Idempotency(self.store, f"fn:{name}", claim_ttl=float(config.get("claim_ttl", 300)))
+
+    async def invoke(self, event: CloudEvent) -> tuple[int, list[tuple[str, str]], bytes]:
+        source, ident = str(event["source"]), str(event["id"])
+        if self.idem is not None:
+            claim = await asyncio.to_thread(self.idem.claim, source, ident)
+            if claim is Claim.DONE:
+                return 200, [], b""
+            if claim is Claim.BUSY:
+                return 503, [("retry-after", "1")], b"this event is being handled by another instance"
+        try:
+            result = await self.handle(event) if self.is_async else await asyncio.to_thread(self.handle, event)
+        except Exception:
+            if self.idem is not None:
+                await asyncio.to_thread(self.idem.release, source, ident)
+            return 500, [("content-type", "text/plain")], traceback.format_exc()[-2000:].encode()
+        if self.idem is not None:
+            await asyncio.to_thread(self.idem.complete, source, ident)
+        if result is None:
+            return 202, [], b""
+        if isinstance(result, CloudEvent):
+            headers, body = ce_http.to_binary(result)
+        elif isinstance(result, list) and all(isinstance(e, CloudEvent) for e in result):
+            headers, body = ce_http.to_batch(result)
+        else:
+            return 500, [], f"handle() returned {type(result).__name__}; expected None, a CloudEvent or a list".encode()
+        return 200, list(headers.items()), body
+
+    async def respond(self, request: http11.Message) -> bytes:
+        method, path, _ = (request.start.split(" ") + ["", ""])[:3]
+        if method == "GET" and path in ("/healthz", "/readyz"):
+            return http11.response(200, [], b"ok")
+        if method != "POST":
+            return http11.response(405, [], b"POST a CloudEvent")
+        try:
+            events = ce_http.parse(dict(request.headers), request.body)
+            if len(events) != 1:
+                raise InvalidInput("send one event per request")
+            check_event(events[0])
+        except CascadeError as exc:
+            status = 415 if isinstance(exc, ce_http.UnsupportedMediaType) else 400
+            return http11.response(status, [("content-type", "text/plain")], str(exc).encode())
+        self.active += 1
+        self.idle.clear()
+        try:
+            status, headers, body = await self.invoke(events[0])
+        finally:
+            self.active -= 1
+            if not self.active:
+                self.idle.set()
+        return http11.response(status, headers, body)
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await http11.read_message(reader)
+                if request is None:
+                    break
+                writer.write(await self.respond(request))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(self, socket_path: str, instance_id: str) -> None:
+        start = getattr(self.module, "start", None)
+        if start is not None:
+            result = start(self.config)
+            if inspect.isawaitable(result):
+                await result
+        server = await asyncio.start_unix_server(self.connection, path=socket_path)
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stopping.set)
+        control({"ready": instance_id, "pid": os.getpid()})
+        await stopping.wait()
+        server.close()  # no new connections; requests in flight finish
+        await self.idle.wait()
+        stop = getattr(self.module, "stop", None)
+        if stop is not None:
+            result = stop()
+            if inspect.isawaitable(result):
+                await result
+        if self.store is not None:
+            self.store.close()

@@ -1,0 +1,79 @@
+"""A function's template process: imports everything once, then forks ready instances.
+
+Scaling from zero must not pay interpreter start-up and imports on the request path, so
+each function gets a template that has already imported the runtime and the function's
+module (``start()`` is *not* run here: threads and connections do not survive a fork).
+Commands arrive as JSON lines on stdin; replies and child events go out as JSON lines on
+stdout, written with ``os.write`` so a fork never inherits a held lock. No threads run
+here, so forking is safe.
+
+    {"spawn": "<id>", "socket": "<path>"}  ->  {"spawned": "<id>", "pid": N}
+    child, once listening                  ->  {"ready": "<id>", "pid": N}
+    child exits                            ->  {"exited": N, "code": C}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from serving.runtime.instance import Instance, control
+
+
+def _reap(signum: int, frame: FrameType | None) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        control({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _child(module: Any, config: dict[str, Any], instance_id: str, socket_path: str) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the runtime, which drains us
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    code = 0
+    try:
+        asyncio.run(Instance(module, config["name"], config).serve(socket_path, instance_id))
+    except BaseException as exc:  # report why, then exit
+        control({"failed": instance_id, "error": f"{type(exc).__name__}: {exc}"})
+        code = 1
+    os._exit(code)
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    sys.path.insert(0, config["path"])
+    for key, value in config.get("env", {}).items():
+        os.environ[key] = str(value)
+    try:
+        module = importlib.import_module(config["module"])
+        if not callable(getattr(module, "handle", None)):
+            raise AttributeError(f"{config['module']}.py defines no handle(event)")
+    except BaseException as exc:
+        control({"template_failed": f"{type(exc).__name__}: {exc}"})
+        sys.exit(1)
+    signal.signal(signal.SIGCHLD, _reap)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control({"template_ready": os.getpid()})
+    for line in sys.stdin:
+        command = json.loads(line)
+        if "spawn" not in command:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _child(module, config, command["spawn"], command["socket"])
+        control({"spawned": command["spawn"], "pid": pid})
+
+
+if __name__ == "__main__":
+    main()

@@ -459,3 +459,26 @@ def functions_ls() -> None:
     console().print(table)
     if not live:
         typer.echo("(runtime not reachable: instance counts need `cascade up`)")
+
+
+render_app = typer.Typer(help="Render cluster manifests from the local definitions.", no_args_is_help=True)
+app.add_typer(render_app, name="render")
+
+
+@render_app.command("functions")
+def render_functions(
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("knative/functions"),
+    namespace: Annotated[str, typer.Option(help="Namespace of the resources.")] = "cascade",
+) -> None:
+    """Knative Services and Triggers (Kafka broker) for every function found."""
+    from functions.render import render
+    from functions.spec import discover
+
+    cfg = settings()
+    try:
+        written = render(discover(cfg.function_paths), out, namespace)
+    except CascadeError as exc:
+        fail(str(exc))
+        raise
+    for path in written:
+        typer.echo(f"wrote {path}")

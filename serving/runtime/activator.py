@@ -33,6 +33,7 @@ class Runtime:
         self.run_dir, self.tick_seconds = run_dir, tick
         self.services: dict[str, Service] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -58,6 +59,7 @@ class Runtime:
             await service.launcher.close()
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         for service in self.services.values():
             assert service.launcher is not None
             await service.launcher.prepare()

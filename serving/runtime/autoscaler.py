@@ -35,7 +35,7 @@ class Autoscaler:
             self.samples.popleft()
 
     def _average(self, now: float, span: float) -> float:
-        values = [c for t, c in self.samples if t >= now - span]
+        values = [c for t, c in self.samples if t > now - span]
         return sum(values) / len(values) if values else 0.0
 
     def desired(self, now: float, current: int) -> int:

@@ -25,6 +25,7 @@ from cascade.core.idempotency import Claim, Idempotency
 from cascade.core.state import StateStore, open_store
 from events.bindings import http as ce_http
 from events.envelope import check_event
+from events.expressions import Expression
 from serving.runtime import http11
 
 
@@ -39,8 +40,11 @@ class Instance:
         self.handle: Callable[..., Any] = getattr(module, "handle")
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.active = 0
+        self.connections: set[asyncio.StreamWriter] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+        expression = config.get("data_filter") or os.environ.get("CASCADE_DATA_FILTER")
+        self.data_filter = Expression.compile(expression) if expression else None
         self.store: StateStore | None = None
         self.idem: Idempotency | None = None
         if config.get("idempotent") and config.get("state_url"):
@@ -48,6 +52,8 @@ class Instance:
             self.idem = Idempotency(self.store, f"fn:{name}", claim_ttl=float(config.get("claim_ttl", 300)))
 
     async def invoke(self, event: CloudEvent) -> tuple[int, list[tuple[str, str]], bytes]:
+        if self.data_filter is not None and not self.data_filter.matches(event.get_data()):
+            return 200, [], b""  # a data filter Knative could not apply (see functions.render)
         source, ident = str(event["source"]), str(event["id"])
         if self.idem is not None:
             claim = await asyncio.to_thread(self.idem.claim, source, ident)
@@ -98,6 +104,7 @@ class Instance:
         return http11.response(status, headers, body)
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections.add(writer)
         try:
             while True:
                 request = await http11.read_message(reader)
@@ -108,6 +115,7 @@ class Instance:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self.connections.discard(writer)
             writer.close()
 
     async def serve(self, socket_path: str, instance_id: str) -> None:
@@ -124,6 +132,9 @@ class Instance:
         await stopping.wait()
         server.close()  # no new connections; requests in flight finish
         await self.idle.wait()
+        for writer in list(self.connections):  # idle keep-alive connections end cleanly
+            writer.transport.abort()
+        await asyncio.sleep(0.01)
         stop = getattr(self.module, "stop", None)
         if stop is not None:
             result = stop()

@@ -15,6 +15,7 @@ here, so forking is safe.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
 import json
 import os
@@ -24,6 +25,17 @@ from types import FrameType
 from typing import Any
 
 from serving.runtime.instance import Instance, control
+
+
+def die_with_parent() -> None:
+    """Linux: get SIGTERM when the parent dies, so no instance outlives a crashed runtime."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before we asked
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reap(signum: int, frame: FrameType | None) -> None:
@@ -40,6 +52,7 @@ def _reap(signum: int, frame: FrameType | None) -> None:
 def _child(module: Any, config: dict[str, Any], instance_id: str, socket_path: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the runtime, which drains us
+    die_with_parent()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     code = 0
     try:
@@ -51,6 +64,7 @@ def _child(module: Any, config: dict[str, Any], instance_id: str, socket_path: s
 
 
 def main() -> None:
+    die_with_parent()
     config = json.loads(sys.argv[1])
     sys.path.insert(0, config["path"])
     for key, value in config.get("env", {}).items():

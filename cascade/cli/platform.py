@@ -9,6 +9,7 @@ redelivered next time) and drains the instances.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -46,7 +47,7 @@ class Platform:
         cfg.home.mkdir(parents=True, exist_ok=True)
         state, bus = wiring.store(cfg), wiring.bus(cfg)
         bus.ensure_topic(cfg.bus.topic)
-        functions = discover(cfg.function_paths)
+        functions = discover(wiring.function_dirs(cfg))
         triggers = [t for f in functions for t in f.trigger_models()]
         triggers += load_triggers([p for p in cfg.dispatcher.triggers if p.exists()])
         return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state))
@@ -60,6 +61,7 @@ class Platform:
 
     def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True) -> None:
         cfg = self.cfg
+        os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
         if runtime:
             rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds)
             for spec in self.functions:

@@ -20,6 +20,13 @@ def store(settings: Settings) -> StateStore:
     return open_store(settings.state_url)
 
 
+def function_dirs(settings: Settings) -> list[Path]:
+    """The user's function folders plus the platform's own functions."""
+    from functions.platform import PLATFORM_FUNCTIONS
+
+    return [*settings.function_paths, PLATFORM_FUNCTIONS]
+
+
 def token_path(settings: Settings) -> Path:
     return settings.home / TOKEN_FILE
 

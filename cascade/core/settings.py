@@ -69,6 +69,19 @@ class DispatcherSettings(BaseModel):
     """Port of the dispatcher's Prometheus /metrics (0 disables it)."""
 
 
+class TrainingSettings(BaseModel):
+    backend: str = "local"
+    """Where jobs run: ``local`` (processes on this machine) or ``kubernetes`` (operator resources)."""
+    inventory: Path | None = None
+    """Accelerator inventory (YAML flavors and queues); empty means this machine: one CPU node."""
+    queue: str = "default"
+    """The inventory queue jobs are placed through."""
+    namespace_prefix: str = ""
+    """Kubernetes namespace of a project's jobs: prefix + project name."""
+    artifacts: Path | None = None
+    """Artifact root of the local backend; empty means CASCADE_HOME/artifacts."""
+
+
 class StateSettings(BaseModel):
     url: str = ""
     """``redis://host:port/db`` or ``sqlite:///path/state.db``; empty means SQLite under CASCADE_HOME."""
@@ -86,6 +99,16 @@ class Settings(BaseSettings):
     state: StateSettings = Field(default_factory=StateSettings)
     dispatcher: DispatcherSettings = Field(default_factory=DispatcherSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+
+    @property
+    def artifact_root(self) -> Path:
+        return (self.training.artifacts or self.home / "artifacts").resolve()
+
+    def export(self) -> dict[str, str]:
+        """The effective bus, state and home as CASCADE_* variables, for child processes."""
+        return {"CASCADE_HOME": str(self.home.resolve()), "CASCADE_BUS__URL": self.bus_url,
+                "CASCADE_STATE__URL": self.state_url, "CASCADE_BUS__TOPIC": self.bus.topic}
 
     @property
     def function_paths(self) -> list[Path]:
@@ -95,9 +118,6 @@ class Settings(BaseSettings):
         template = self.dispatcher.function_url or f"http://{self.functions.host}:{self.functions.port}/functions/{{name}}"
         return template.format(name=name)
 
-    @property
-    def trigger_paths(self) -> list[Path]:
-        return [*self.function_paths, *self.dispatcher.triggers]
 
     @property
     def bus_url(self) -> str:

@@ -1,0 +1,121 @@
+"""Placing jobs on accelerator pools: Kueue-style flavors, quotas, best-fit within a flavor.
+
+An inventory (YAML) lists flavors (vendor, model, card memory, node labels, taints, sharing
+mode, nodes with cards) and queues (an ordered list of flavors, per-project quotas). A job
+goes to the first flavor in its queue's order with room; inside the flavor each worker goes
+to the node (and, for shares, the card) that fits most tightly, which keeps whole nodes
+free for large jobs. The result carries ``nodeSelector``, tolerations and resource limits;
+when nothing fits, one reason per flavor says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cascade.core import accelerators, frameworks
+from cascade.core.accelerators import AcceleratorRequest
+from cascade.core.errors import InvalidInput
+
+
+@dataclass
+class Node:
+    name: str
+    free: list[float]  # free fraction of each card (1.0 = idle)
+
+    @property
+    def idle_cards(self) -> int:
+        return sum(1 for f in self.free if f >= 1.0 - 1e-9)
+
+
+@dataclass
+class Flavor:
+    name: str
+    vendor: str
+    model: str = ""
+    memory_gib: float = 0.0
+    node_labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
+    sharing: str = "hami"  # hami | tencent | none
+    rdma: str | None = None
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def cards(self) -> int:
+        return sum(len(n.free) for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    request: AcceleratorRequest
+    workers: int = 1
+    framework: str = "pytorch"
+    project: str = "default"
+    queue: str = "default"
+    min_memory_gib: float = 0.0  # e.g. from a fine-tuning memory estimate
+
+
+@dataclass
+class Placement:
+    job: Job
+    flavor: Flavor
+    slots: list[tuple[Node, list[int], float]]  # per worker: node, card indexes, share taken per card
+    image: str
+    skipped: dict[str, str]
+
+    def manifest_fields(self) -> dict[str, Any]:
+        """What a pod template needs: nodeSelector, tolerations, resource limits, image."""
+        limits = accelerators.resources(self.job.request, self.flavor.vendor, sharing=self.flavor.sharing,
+                                        card_memory_gib=self.flavor.memory_gib, rdma=self.flavor.rdma)
+        tolerations = [{"key": t["key"], "operator": "Equal" if t.get("value") else "Exists",
+                        **({"value": t["value"]} if t.get("value") else {}), "effect": t.get("effect", "NoSchedule")}
+                       for t in self.flavor.taints]
+        return {"nodeSelector": dict(self.flavor.node_labels), "tolerations": tolerations, "limits": limits,
+                "image": self.image, "flavor": self.flavor.name, "nodes": [n.name for n, _, _ in self.slots]}
+
+
+class NoFit(InvalidInput):
+    """Nothing in the queue fits; ``reasons`` has one line per flavor."""
+
+    def __init__(self, job: Job, reasons: dict[str, str]) -> None:
+        text = "; ".join(f"{k}: {v}" for k, v in reasons.items()) or "the queue has no flavors"
+        super().__init__(f"job {job.id} ({job.request.raw} x{job.workers}) fits nowhere: {text}",
+                         field="resources.accelerator")
+        self.reasons = reasons
+
+
+@dataclass
+class Inventory:
+    flavors: dict[str, Flavor]
+    queues: dict[str, list[str]]
+    quotas: dict[str, dict[str, float]]  # project -> vendor -> cards
+    used: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Inventory:
+        flavors = {}
+        for f in doc.get("flavors", []):
+            nodes = [Node(n["name"], [1.0] * int(n.get("cards", 0))) for n in f.get("nodes", [])]
+            for i in range(int(f.get("count", 0))):  # shorthand: count nodes of cardsPerNode cards
+                nodes.append(Node(f"{f['name']}-{i}", [1.0] * int(f.get("cardsPerNode", 8))))
+            vendor = accelerators.ALIASES.get(str(f.get("vendor", "nvidia")).lower())
+            if vendor is None:
+                raise InvalidInput(f"flavor {f.get('name')}: unknown vendor {f.get('vendor')!r}", field="vendor")
+            flavors[f["name"]] = Flavor(f["name"], vendor, str(f.get("model", "")), float(f.get("memoryGiB", 0)),
+                                        dict(f.get("nodeLabels", {})), list(f.get("taints", [])),
+                                        str(f.get("sharing", "hami")), f.get("rdma"), nodes)
+        queues = {q["name"]: list(q["flavors"]) for q in doc.get("queues", [])} or {"default": list(flavors)}
+        return cls(flavors, queues, {p: dict(v) for p, v in doc.get("quotas", {}).items()})
+
+    @classmethod
+    def load(cls, path: Path) -> Inventory:
+        return cls.from_dict(yaml.safe_load(path.read_text()) or {})
+
+
+def _cards_needed(job: Job) -> float:
+    return job.workers * (job.request.count if job.request.share else job.request.cards)

@@ -1,0 +1,70 @@
+"""A training job as the backends see it: the validated spec plus its id, project and roles."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from cascade.core.accelerators import AcceleratorRequest, parse
+from cascade.core.placement import Job
+from events import schemas
+
+# Replica roles per framework, in the operators' names: (role, replicas) for N workers.
+VOLCANO = ("deepspeed", "colossalai", "horovod")
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    id: str
+    project: str
+    spec: dict[str, Any]
+    placement: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:
+        schemas.validate("trainingjob.v1", spec, prefix="/spec")
+        return cls(job_id, project, spec)
+
+    @property
+    def framework(self) -> str:
+        return str(self.spec["framework"])
+
+    @property
+    def workers(self) -> int:
+        return int(self.spec.get("workers", 1))
+
+    @property
+    def procs(self) -> int:
+        return int(self.spec.get("procsPerWorker", 1))
+
+    @property
+    def accelerator(self) -> AcceleratorRequest:
+        return parse(self.spec.get("resources", {}).get("accelerator", "0"))
+
+    @property
+    def name(self) -> str:
+        """A Kubernetes name for the job's resources."""
+        return self.id.lower().replace("_", "-")[:63]
+
+    def matcher_job(self, queue: str = "default") -> Job:
+        return Job(self.id, self.accelerator, self.workers, self.framework, self.project, queue)
+
+    def command(self, python: str = "python") -> list[str]:
+        entry = self.spec["entrypoint"]
+        args = [str(a) for a in entry.get("args", [])]
+        head = [python, "-m", entry["module"]] if "module" in entry else [python, entry["script"]]
+        return head + args
+
+    def shell_command(self) -> str:
+        return shlex.join(self.command())
+
+    def job_env(self, output: str) -> dict[str, str]:
+        """What every worker gets besides the operator's variables."""
+        env = {"CASCADE_JOB_ID": self.id, "CASCADE_PROJECT": self.project, "CASCADE_OUTPUT_DIR": output,
+               "CASCADE_HPARAMS": json.dumps(self.spec.get("hyperparameters", {}), sort_keys=True),
+               "PYTHONUNBUFFERED": "1"}
+        if self.spec.get("dataset"):
+            env["CASCADE_DATASET"] = str(self.spec["dataset"])
+        return env

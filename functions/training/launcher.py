@@ -1,0 +1,96 @@
+"""The ``launch-training`` function's logic: a submitted job becomes a placed, running job.
+
+On ``job.submitted`` it validates the spec, asks the matcher for a placement (image,
+nodeSelector, tolerations, limits) and hands the job to the configured backend; a job that
+fits nowhere fails at once with the matcher's reason per flavor. On ``labels.completed`` for
+a dataset with a training policy it replies with a ``job.submitted`` for that dataset, so
+the job takes the same path as any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.matcher import Matcher
+from cascade.core.placement import Inventory
+from cascade.core.settings import Settings
+from cascade.core.state import StateStore, open_store
+from events.envelope import PROPAGATED, follow_up
+from functions.training import records
+from functions.training.job import TrainingJob
+from functions.training.local import LocalBackend
+
+SOURCE = "/cascade/functions/launch-training"
+LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
+                                "nodes": [{"name": "localhost", "cards": 0}]}]}
+
+
+def backend_for(cfg: Settings, store: StateStore) -> Any:
+    if cfg.training.backend == "kubernetes":
+        from kubernetes import config as kube_config
+
+        from functions.training.kubernetes import KubernetesBackend
+
+        api = kube_config.new_client_from_config()  # type: ignore[no-untyped-call]
+        return KubernetesBackend(api, store, cfg.training.namespace_prefix)
+    return LocalBackend(cfg.artifact_root, store, cfg.export())
+
+
+class TrainingLauncher:
+    def __init__(self, cfg: Settings | None = None) -> None:
+        self.cfg = cfg or Settings()
+        self.store = open_store(self.cfg.state_url)
+        path = self.cfg.training.inventory
+        self.matcher = Matcher(Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
+        self.backend = backend_for(self.cfg, self.store)
+
+    def handle(self, event: CloudEvent) -> CloudEvent | None:
+        if event["type"] == "io.cascade.labels.completed.v1":
+            return self.on_labels(event)
+        return self.on_submitted(event)
+
+    def on_submitted(self, event: CloudEvent) -> CloudEvent | None:
+        data: dict[str, Any] = event.get_data() or {}
+        job_id, project = str(data["jobId"]), str(data.get("project") or event.get("project") or "default")
+        record = self.store.get_record("job", job_id)
+        if record and record.get("status") not in (None, "submitted"):
+            return None  # already launched: a redelivery
+        try:
+            job = TrainingJob.from_spec(job_id, project, data["spec"])
+            placement = self.matcher.place(job.matcher_job(self.cfg.training.queue))
+        except InvalidInput as exc:
+            records.update(self.store, job_id, "failed", reason=str(exc), project=project)
+            return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
+                             partitionkey=job_id, subject=job_id)
+        job = replace(job, placement={**placement.manifest_fields(), "skipped": placement.skipped})
+        extensions = {k: str(event[k]) for k in PROPAGATED if event.get(k)}
+        try:
+            self.backend.launch(job, extensions)
+        except CascadeError as exc:
+            records.update(self.store, job_id, "failed", reason=str(exc))
+            return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)}, source=SOURCE,
+                             partitionkey=job_id, subject=job_id)
+        return None
+
+    def on_labels(self, event: CloudEvent) -> CloudEvent | None:
+        dataset = (event.get_data() or {}).get("dataset")
+        policy = self.store.get_record("training-policy", str(dataset)) if dataset else None
+        if policy is None:
+            return None
+        job_id = "job-" + hashlib.sha256(f"{event['source']}\x00{event['id']}".encode()).hexdigest()[:16]
+        spec = {**policy["spec"], "dataset": dataset}
+        project = str(event.get("project") or policy.get("project") or "default")
+        records.update(self.store, job_id, "submitted", spec=spec, project=project, trigger=str(event["id"]))
+        return follow_up(event, "job.submitted", {"jobId": job_id, "project": project, "spec": spec}, source=SOURCE,
+                         partitionkey=job_id, subject=job_id, id=f"submit-{job_id}")
+
+
+def set_policy(store: StateStore, dataset: str, spec: dict[str, Any], project: str = "default") -> None:
+    """Train ``spec`` whenever labels for ``dataset`` are completed."""
+    TrainingJob.from_spec("policy-check", project, {**spec, "dataset": dataset})
+    store.put_record("training-policy", dataset, {"dataset": dataset, "project": project, "spec": spec})

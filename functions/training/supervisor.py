@@ -1,0 +1,154 @@
+"""Runs one local training job to the end: the local backend's stand-in for an operator.
+
+Started detached by the local backend (so the launching function can scale to zero), it
+starts each worker with the environment its framework's operator would inject, writes
+their logs under the artifact root, enforces the timeout, retries the whole job, and
+reports ``job.started``, then ``job.succeeded`` (with the metrics the job wrote to
+``$CASCADE_OUTPUT_DIR/metrics.json``), ``job.failed`` (with the log tail) or
+``job.cancelled`` (on SIGTERM), keeping the job record current.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cascade.core.settings import Settings
+from cascade.core.state import open_store
+from events.bus import open_bus
+from events.envelope import new_event
+from functions.training import records
+from functions.training.env import worker_env
+from functions.training.job import TrainingJob
+
+SOURCE = "/cascade/backends/local"
+
+
+def free_ports(count: int) -> int:
+    """A base port with ``count`` free ports after it (good enough on one machine)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count < 65000:
+            return base
+    raise RuntimeError("no free ports")
+
+
+class Supervisor:
+    def __init__(self, job: TrainingJob, output: Path, extensions: dict[str, str]) -> None:
+        cfg = Settings()
+        self.job, self.output, self.extensions = job, output, extensions
+        self.bus, self.store, self.topic = open_bus(cfg.bus_url), open_store(cfg.state_url), cfg.bus.topic
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.cancelled = False
+        signal.signal(signal.SIGTERM, self._cancel)
+
+    def _cancel(self, signum: int, frame: Any) -> None:
+        self.cancelled = True
+
+    def emit(self, family: str, data: dict[str, Any]) -> None:
+        event = new_event(family, {"jobId": self.job.id, **data}, source=SOURCE, partitionkey=self.job.id,
+                          subject=self.job.id, extensions=self.extensions)
+        self.bus.publish(self.topic, event)
+
+    def _command(self) -> list[str]:
+        command = self.job.command(sys.executable)
+        if self.job.framework in ("pytorch", "deepspeed") and self.job.procs > 1:
+            command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        return command
+
+    def _start(self, attempt: int) -> None:
+        hosts = ["127.0.0.1"] * self.job.workers
+        port = free_ports(self.job.workers + 2)
+        logs = self.output / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        entry = self.job.spec["entrypoint"]
+        cwd = str(Path(entry["script"]).parent) if "script" in entry and Path(entry["script"]).is_absolute() else None
+        for i in range(self.job.workers):
+            env = {**os.environ, **self.job.job_env(str(self.output)),
+                   **worker_env(self.job.framework, i, hosts, port, self.job.procs)}
+            if not self.job.placement.get("limits"):
+                env["CUDA_VISIBLE_DEVICES"] = ""  # placed on CPU: keep the frameworks off any GPU
+            log = (logs / f"worker-{i}.attempt-{attempt}.log").open("wb")
+            self.procs.append(subprocess.Popen(self._command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT))
+
+    def _stop_workers(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 10
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def _wait(self, deadline: float | None) -> tuple[str, int, int]:
+        """('ok'|'failed'|'timeout'|'cancelled', exit code, index of the failing worker)."""
+        while True:
+            if self.cancelled:
+                return "cancelled", -15, 0
+            codes = [p.poll() for p in self.procs]
+            bad = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+            if bad is not None:
+                return "failed", int(codes[bad] or 1), bad
+            if all(c == 0 for c in codes):
+                return "ok", 0, 0
+            if deadline is not None and time.monotonic() > deadline:
+                return "timeout", -9, 0
+            time.sleep(0.1)
+
+    def run(self) -> int:
+        retries = int(self.job.spec.get("retries", 0))
+        timeout = self.job.spec.get("timeoutSeconds")
+        started = time.monotonic()
+        outcome, code, bad = "failed", 1, 0
+        for attempt in range(1, retries + 2):
+            self.procs = []
+            self._start(attempt)
+            records.update(self.store, self.job.id, "running", attempt=attempt, pid=os.getpid(),
+                           artifactUri=self.output.as_uri(), project=self.job.project)
+            self.emit("job.started", {"backend": "local", "kind": "process", "attempt": attempt,
+                                      "placement": self.job.placement})
+            outcome, code, bad = self._wait(started + float(timeout) if timeout else None)
+            if outcome != "ok":
+                self._stop_workers()
+            if outcome in ("ok", "cancelled"):
+                break
+        duration = time.monotonic() - started
+        if outcome == "ok":
+            metrics_file = self.output / "metrics.json"
+            metrics = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
+            metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+            records.update(self.store, self.job.id, "succeeded", metrics=metrics)
+            self.emit("job.succeeded", {"metrics": metrics, "artifactUri": self.output.as_uri(),
+                                        "durationSeconds": round(duration, 3), "framework": self.job.framework})
+            return 0
+        if outcome == "cancelled":
+            records.update(self.store, self.job.id, "cancelled", reason="cancelled on request")
+            self.emit("job.cancelled", {"reason": "cancelled on request"})
+            return 0
+        log = sorted((self.output / "logs").glob(f"worker-{bad}.attempt-*.log"))[-1]
+        tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
+        reason = f"timed out after {timeout}s" if outcome == "timeout" else f"worker {bad} exited with {code}"
+        records.update(self.store, self.job.id, "failed", reason=reason, exitCode=code)
+        self.emit("job.failed", {"reason": reason, "exitCode": code, "logTail": tail})
+        return 1
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    job = TrainingJob(spec["id"], spec["project"], spec["spec"], spec.get("placement", {}))
+    sys.exit(Supervisor(job, Path(spec["output"]), spec.get("extensions", {})).run())
+
+
+if __name__ == "__main__":
+    main()

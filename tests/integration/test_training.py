@@ -1,0 +1,156 @@
+"""Training end to end on the real Kafka and Redis: a job.submitted event becomes a finished job.
+
+`cascade up` runs the gateway, dispatcher and runtime; POST /v1/jobs publishes job.submitted;
+the launch-training function places the job and the local backend runs its workers with the
+operator's environment; job.succeeded (or job.failed) lands on the bus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from events.bus.kafka import KafkaBus
+from tests.conftest import KAFKA, REDIS, make_bus
+from tests.integration.test_cli import free_port
+
+HELPERS = Path(__file__).resolve().parents[1] / "helpers" / "training"
+
+
+@dataclass
+class Platform:
+    home: Path
+    gateway: str
+    topic: str
+    bus: KafkaBus
+    token: str
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        reply = httpx.post(f"{self.gateway}/v1/jobs", json={"kind": "training", "spec": spec},
+                           headers={"authorization": f"Bearer {self.token}"})
+        assert reply.status_code == 202, reply.text
+        return str(reply.json()["jobId"])
+
+    def outcome(self, job_id: str, timeout: float = 180) -> dict[str, Any]:
+        """Lifecycle events of the job, until one is final."""
+        consumer = self.bus.subscribe([self.topic], f"check-{uuid.uuid4().hex}", start="earliest")
+        seen: dict[str, Any] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                for record in consumer.poll(0.5):
+                    event = record.event()
+                    if event.get("subject") == job_id or (event.get_data() or {}).get("jobId") == job_id:
+                        seen[str(event["type"]).split(".")[3]] = event
+                if {"succeeded", "failed", "cancelled"} & set(seen):
+                    return seen
+        finally:
+            consumer.close()
+        pytest.fail(f"job {job_id} did not finish; saw {sorted(seen)}; logs: {self.logs(job_id)[-3000:]}")
+
+    def logs(self, job_id: str) -> str:
+        root = self.home / "artifacts" / job_id
+        return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.log"))) if root.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    home = tmp_path_factory.mktemp("platform")
+    topic = f"train-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic, "CASCADE_FUNCTIONS__PORT": str(free_port()),
+           "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6"}
+    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
+                             "--state", REDIS], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gateway = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{gateway}/readyz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    bus = make_bus("kafka", home)
+    assert isinstance(bus, KafkaBus)
+    try:
+        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        bus.close()
+
+
+def test_two_worker_pytorch_ddp_job_from_a_submitted_event(platform: Platform) -> None:
+    job_id = platform.submit({"framework": "pytorch", "entrypoint": {"script": str(HELPERS / "train_ddp.py")},
+                              "workers": 2, "resources": {"accelerator": "0", "cpu": "1", "memory": "1Gi"},
+                              "hyperparameters": {"steps": 60}, "timeoutSeconds": 300})
+    seen = platform.outcome(job_id)
+    assert "succeeded" in seen, platform.logs(job_id)[-3000:]
+    done = seen["succeeded"].get_data()
+    assert done["metrics"]["world_size"] == 2
+    assert done["metrics"]["loss"] < done["metrics"]["first_loss"] / 10, "the loss falls"
+    assert seen["started"].get_data()["placement"]["flavor"] == "local-cpu"
+    output = Path(done["artifactUri"].removeprefix("file://"))
+    weights = torch.load(output / "model.pt")
+    assert set(weights) == {"weight", "bias"}
+    logs = platform.logs(job_id)
+    assert "step 50 loss" in logs
+    record = httpx.get(f"{platform.gateway}/v1/jobs/{job_id}",
+                       headers={"authorization": f"Bearer {platform.token}"}).json()
+    assert record["status"] == "succeeded" and [h["status"] for h in record["history"]][-2:] == ["running", "succeeded"]
+
+
+def test_xgboost_job_runs_the_same_way(platform: Platform) -> None:
+    job_id = platform.submit({"framework": "xgboost", "entrypoint": {"script": str(HELPERS / "train_xgb.py")},
+                              "hyperparameters": {"rounds": 30}})
+    seen = platform.outcome(job_id)
+    assert "succeeded" in seen, platform.logs(job_id)[-3000:]
+    metrics = seen["succeeded"].get_data()["metrics"]
+    assert metrics["rmse"] < metrics["first_rmse"]
+    assert (Path(seen["succeeded"].get_data()["artifactUri"].removeprefix("file://")) / "model.json").exists()
+
+
+def test_a_failing_job_reports_its_log_tail_and_a_job_that_fits_nowhere_says_why(platform: Platform, tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n")
+    failing = platform.submit({"framework": "pytorch", "entrypoint": {"script": str(script)}, "retries": 1})
+    seen = platform.outcome(failing)
+    data = seen["failed"].get_data()
+    assert data["exitCode"] == 3 and "about to fail" in data["logTail"] and data["reason"] == "worker 0 exited with 3"
+    assert (platform.home / "artifacts" / failing / "logs" / "worker-0.attempt-2.log").exists(), "retried once"
+    gpu = platform.submit({"framework": "pytorch", "entrypoint": {"script": str(script)},
+                           "resources": {"accelerator": "1(V100)"}})
+    reason = platform.outcome(gpu)["failed"].get_data()["reason"]
+    assert "local-cpu: wrong vendor: the job wants nvidia, this flavor is cpu" in reason
+
+
+def test_cancel_stops_a_running_job(platform: Platform, tmp_path: Path) -> None:
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('working', flush=True)\ntime.sleep(120)\n")
+    job_id = platform.submit({"framework": "pytorch", "entrypoint": {"script": str(script)}})
+    deadline = time.monotonic() + 60
+    while "working" not in platform.logs(job_id):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.2)
+    env = {**os.environ, "CASCADE_HOME": str(platform.home), "CASCADE_STATE__URL": REDIS}
+    out = subprocess.run([sys.executable, "-m", "cascade.cli", "jobs", "cancel", job_id], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = platform.outcome(job_id, timeout=60)
+    assert "cancelled" in seen
+    assert json.loads(json.dumps(seen["cancelled"].get_data()))["reason"] == "cancelled on request"

@@ -1,0 +1,161 @@
+"""Every framework adapter: the operator resource field by field, and the local env names."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cascade.core.accelerators import parse
+from cascade.core.matcher import Matcher
+from cascade.core.placement import Inventory
+from functions.training import kinds
+from functions.training.env import worker_env
+from functions.training.job import TrainingJob
+
+INVENTORY = {"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
+                          "nodeLabels": {"gpu-type": "A100"},
+                          "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                          "nodes": [{"name": f"n{i}", "cards": 8} for i in range(4)]}]}
+
+
+def placed(framework: str, workers: int = 3, procs: int = 1, **spec: Any) -> TrainingJob:
+    body = {"framework": framework, "entrypoint": {"script": "/app/train.py", "args": ["--epochs", "2"]},
+            "workers": workers, "procsPerWorker": procs, "resources": {"accelerator": "2(A100)", "cpu": "4",
+                                                                         "memory": "16Gi"},
+            "hyperparameters": {"lr": 0.1}, "timeoutSeconds": 3600, "retries": 2, **spec}
+    job = TrainingJob.from_spec("job-Abc", "vision", body)
+    placement = Matcher(Inventory.from_dict(INVENTORY)).place(job.matcher_job())
+    return TrainingJob(job.id, job.project, job.spec, placement.manifest_fields())
+
+
+def check_template(template: dict[str, Any], container: str, image: str) -> dict[str, Any]:
+    spec = template["spec"]
+    assert spec["nodeSelector"] == {"gpu-type": "A100"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    [c] = spec["containers"]
+    assert c["name"] == container and c["image"] == image
+    assert c["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["CASCADE_JOB_ID"] == "job-Abc" and json.loads(env["CASCADE_HPARAMS"]) == {"lr": 0.1}
+    assert "MASTER_ADDR" not in env, "the operator injects the rendezvous variables"
+    return c
+
+
+@pytest.mark.parametrize("framework, kind, key, container, replicas", [
+    ("pytorch", "PyTorchJob", "pytorchReplicaSpecs", "pytorch", {"Master": 1, "Worker": 2}),
+    ("tensorflow", "TFJob", "tfReplicaSpecs", "tensorflow", {"Worker": 3}),
+    ("xgboost", "XGBoostJob", "xgbReplicaSpecs", "xgboost", {"Master": 1, "Worker": 2}),
+    ("paddle", "PaddleJob", "paddleReplicaSpecs", "paddle", {"Worker": 3}),
+    ("jax", "JAXJob", "jaxReplicaSpecs", "jax", {"Worker": 3}),
+    ("mxnet", "MXJob", "mxReplicaSpecs", "mxnet", {"Scheduler": 1, "Server": 1, "Worker": 3}),
+    ("mpi", "MPIJob", "mpiReplicaSpecs", "mpi", {"Launcher": 1, "Worker": 3}),
+])
+def test_kubeflow_kinds(framework: str, kind: str, key: str, container: str, replicas: dict[str, int]) -> None:
+    job = placed(framework)
+    r = kinds.render(job, "vision")
+    assert (r["apiVersion"], r["kind"]) == ("kubeflow.org/v1", kind)
+    assert r["metadata"]["name"] == "job-abc" and r["metadata"]["namespace"] == "vision"
+    assert r["metadata"]["labels"]["cascade.io/framework"] == framework
+    specs = r["spec"][key]
+    assert {role: s["replicas"] for role, s in specs.items()} == replicas
+    assert all(s["restartPolicy"] == "OnFailure" for s in specs.values())
+    assert r["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 2, "activeDeadlineSeconds": 3600}
+    for s in specs.values():
+        c = check_template(s["template"], container, job.placement["image"])
+        assert c["command"] == ["python", "/app/train.py", "--epochs", "2"]
+    if kind == "MXJob":
+        assert r["spec"]["jobMode"] == "MXTrain"
+    if kind == "MPIJob":
+        assert r["spec"]["slotsPerWorker"] == 1
+
+
+def test_pytorch_processes_per_worker_use_torchrun() -> None:
+    r = kinds.render(placed("pytorch", workers=2, procs=4), "vision")
+    assert r["spec"]["nprocPerNode"] == "4"
+    assert r["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"][:2] == [
+        "torchrun", "/app/train.py"]
+
+
+@pytest.mark.parametrize("framework, launcher", [("deepspeed", "deepspeed --hostfile /etc/volcano/worker.host"),
+                                                 ("colossalai", "colossalai run --hostfile /etc/volcano/worker.host"),
+                                                 ("horovod", "horovodrun -np 3 --hostfile /etc/volcano/worker.host")])
+def test_volcano_jobs(framework: str, launcher: str) -> None:
+    job = placed(framework)
+    r = kinds.render(job, "vision")
+    assert (r["apiVersion"], r["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+    spec = r["spec"]
+    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", "default", 3, 2)
+    assert spec["plugins"] == {"env": [], "svc": [], "ssh": []}
+    [task] = spec["tasks"]
+    assert task["name"] == "worker" and task["replicas"] == 3
+    c = check_template(task["template"], framework, job.placement["image"])
+    assert c["command"][:2] == ["sh", "-c"] and c["command"][2].startswith(launcher)
+    assert c["command"][2].endswith("/app/train.py --epochs 2")
+
+
+def test_ray_job() -> None:
+    job = placed("ray")
+    r = kinds.render(job, "vision")
+    assert (r["apiVersion"], r["kind"]) == ("ray.io/v1", "RayJob")
+    assert r["spec"]["entrypoint"] == "python /app/train.py --epochs 2"
+    assert r["spec"]["shutdownAfterJobFinishes"] is True and r["spec"]["activeDeadlineSeconds"] == 3600
+    cluster = r["spec"]["rayClusterSpec"]
+    check_template(cluster["headGroupSpec"]["template"], "ray-head", job.placement["image"])
+    [workers] = cluster["workerGroupSpecs"]
+    assert workers["replicas"] == 2 and workers["groupName"] == "workers"
+    check_template(workers["template"], "ray-worker", job.placement["image"])
+
+
+def test_spark_application() -> None:
+    job = placed("spark")
+    r = kinds.render(job, "vision")
+    assert (r["apiVersion"], r["kind"]) == ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
+    s = r["spec"]
+    assert (s["type"], s["mode"], s["mainApplicationFile"], s["arguments"]) == (
+        "Python", "cluster", "local:///app/train.py", ["--epochs", "2"])
+    assert s["image"] == job.placement["image"] and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
+    assert s["executor"] == {"instances": 3, "cores": 4, "memory": "16g", "nodeSelector": {"gpu-type": "A100"},
+                             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                             "gpu": {"name": "nvidia.com/gpu", "quantity": 2}}
+
+
+HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+@pytest.mark.parametrize("framework, index, expected", [
+    ("pytorch", 1, {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456", "WORLD_SIZE": "6", "RANK": "2",
+                    "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "23456", "PET_NNODES": "3",
+                    "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "2", "PYTHONUNBUFFERED": "1"}),
+    ("xgboost", 2, {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456", "WORLD_SIZE": "3", "RANK": "2",
+                    "WORKER_PORT": "23457", "WORKER_ADDRS": "10.0.0.2,10.0.0.3", "DMLC_TRACKER_URI": "10.0.0.1",
+                    "DMLC_TRACKER_PORT": "23456", "DMLC_TASK_ID": "2", "DMLC_NUM_WORKER": "3"}),
+    ("paddle", 1, {"PADDLE_MASTER": "10.0.0.1:23456", "PADDLE_NNODES": "3", "PADDLE_JOB_ID": "",
+                   "PADDLE_TRAINER_NUM": "3", "PADDLE_SERVER_NUM": "0", "PADDLE_TRAINER_ID": "1"}),
+    ("jax", 2, {"COORDINATOR_ADDRESS": "10.0.0.1", "COORDINATOR_PORT": "23456", "NUM_PROCESSES": "3",
+                "PROCESS_ID": "2", "JAX_COORDINATOR_ADDRESS": "10.0.0.1:23456", "JAX_NUM_PROCESSES": "3",
+                "JAX_PROCESS_ID": "2"}),
+    ("mxnet", 0, {"DMLC_PS_ROOT_URI": "10.0.0.1", "DMLC_PS_ROOT_PORT": "23456", "DMLC_NUM_SERVER": "1",
+                  "DMLC_NUM_WORKER": "3", "DMLC_ROLE": "worker", "DMLC_WORKER_ID": "0"}),
+])
+def test_local_env_uses_the_operators_names(framework: str, index: int, expected: dict[str, str]) -> None:
+    assert worker_env(framework, index, HOSTS, 23456, procs=2 if framework == "pytorch" else 1) == expected
+
+
+def test_tf_config_mpi_and_volcano_env() -> None:
+    tf = json.loads(worker_env("tensorflow", 1, HOSTS, 23456)["TF_CONFIG"])
+    assert tf == {"cluster": {"worker": ["10.0.0.1:23456", "10.0.0.2:23457", "10.0.0.3:23458"]},
+                  "task": {"type": "worker", "index": 1}, "environment": "cloud"}
+    mpi = worker_env("mpi", 0, HOSTS, 1)
+    assert mpi["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert mpi["OMPI_MCA_plm_rsh_agent"] == "/etc/mpi/kubexec.sh"
+    vc = worker_env("deepspeed", 2, HOSTS, 29500)
+    assert (vc["VC_TASK_INDEX"], vc["VC_WORKER_HOSTS"], vc["VC_WORKER_NUM"]) == ("2", ",".join(HOSTS), "3")
+
+
+def test_every_framework_of_the_matrix_renders() -> None:
+    for framework in ("pytorch", "tensorflow", "xgboost", "paddle", "jax", "mxnet", "mpi", "horovod", "deepspeed",
+                      "colossalai", "ray", "spark"):
+        assert kinds.render(placed(framework), "ns")["metadata"]["name"] == "job-abc"
+    assert parse("2(A100)").cards == 2

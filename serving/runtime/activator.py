@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from serving.inference import ModelRoutes, Route, parse_path
 from serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
 from serving.runtime.policy import ScalingPolicy
 from serving.runtime.service import Overloaded, Service
@@ -29,11 +33,13 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 class Runtime:
     """Every scale-to-zero service of this machine, behind one activator."""
 
-    def __init__(self, run_dir: Path, *, tick: float = 0.2) -> None:
+    def __init__(self, run_dir: Path, *, tick: float = 0.2, model_grace: float = 30.0) -> None:
         self.run_dir, self.tick_seconds = run_dir, tick
         self.services: dict[str, Service] = {}
         self._ticker: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.models = ModelRoutes()
+        self.model_grace = model_grace
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -51,7 +57,8 @@ class Runtime:
     def add_command(self, name: str, policy: ScalingPolicy, argv: list[str], env: dict[str, str],
                     ready_path: str = "/v2/health/ready", **options: Any) -> Service:
         """Any HTTP server listening on ``$CASCADE_SOCKET`` (model servers)."""
-        return self._add(name, policy, lambda s: CommandLauncher(argv, env, s.ready, s.exited, ready_path), **options)
+        return self._add(name, policy, lambda s: CommandLauncher(argv, env, s.ready, s.exited, ready_path,
+                                                                 log_dir=str(s.run_dir)), **options)
 
     async def remove(self, name: str) -> None:
         service = self.services.pop(name, None)
@@ -94,6 +101,57 @@ class Runtime:
     def status(self) -> list[dict[str, object]]:
         return [s.status() for s in self.services.values()]
 
+    # -- models -------------------------------------------------------------------------
+    async def models_api(self, scope: Scope, body: bytes, send: Send) -> None:
+        """GET /_runtime/models; PUT /_runtime/models/{model}/versions/{version} (deploy, wait for load)."""
+        match = re.match(r"^/_runtime/models/([^/]+)/versions/([^/]+)$", scope["path"])
+        if scope["method"] == "GET":
+            await _json(send, 200, self.models.live())
+        elif scope["method"] == "PUT" and match:
+            try:
+                spec = json.loads(body)
+                status, reply = await self.deploy_model(match[1], match[2], spec)
+            except (ValueError, KeyError) as exc:
+                status, reply = 400, {"error": "InvalidInput", "message": str(exc)}
+            await _json(send, status, reply)
+        else:
+            await _json(send, 405, {"error": "MethodNotAllowed", "message": "GET /_runtime/models or PUT .../versions/V"})
+
+    async def deploy_model(self, model: str, version: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = re.sub(r"[^a-z0-9-]", "-", f"model-{model}-{version}".lower())
+        current = self.models.pick(model, version)
+        if current is None or name not in self.services:
+            if name in self.services:
+                await self.remove(name)
+            policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
+            argv = [sys.executable, "-m", "serving.modelserver", "--name", model, "--artifact", spec["artifact"],
+                    "--format", spec["format"]]
+            service = self.add_command(name, policy, argv, {"CASCADE_MODEL_VERSION": version},
+                                       ready_path=f"/v2/models/{model}/ready")
+            started = time.monotonic()
+            service.hold(+1)  # the warm-up counts as a request: the autoscaler keeps the instance
+            try:
+                await service.scale_to(1)
+                deadline = started + float(spec.get("timeoutSeconds", 120))
+                while not any(i.state == "ready" for i in service.instances.values()):
+                    if not service.instances or time.monotonic() > deadline:
+                        logs = sorted(service.run_dir.glob("*.log"))
+                        tail = logs[-1].read_text(errors="replace")[-1500:] if logs else ""
+                        await self.remove(name)
+                        return 422, {"error": "ModelLoadFailed", "message": f"{model} version {version} did not load",
+                                     "log": tail, "serving": [r["version"] for r in self.models.live().get(model, [])]}
+                    await asyncio.sleep(0.02)
+            finally:
+                service.hold(-1)
+            load_seconds = time.monotonic() - started
+        else:
+            load_seconds = 0.0
+        for dropped in self.models.promote(model, Route(version, name, 100), spec.get("canaryTrafficPercent")):
+            if dropped in self.services:
+                await self.services[dropped].scale_to(0)
+        return 200, {"model": model, "version": version, "service": name, "loadSeconds": round(load_seconds, 3),
+                     "routes": self.models.live()[model]}
+
     # -- ASGI ---------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -103,28 +161,36 @@ class Runtime:
             return
         path: str = scope["path"]
         if path == "/_runtime/services":
-            await _reply(send, 200, [(b"content-type", b"application/json")], json.dumps(self.status()).encode())
+            await _json(send, 200, self.status())
             return
+        if path.startswith("/_runtime/models"):
+            await self.models_api(scope, await _body(receive), send)
+            return
+        inference = parse_path(path)
         parts = path.split("/", 3)  # "", "functions", name, rest
-        service = self.services.get(parts[2]) if len(parts) > 2 and parts[1] in ("functions", "services") else None
+        if inference is not None:
+            route = self.models.pick(*inference)
+            if route is None:
+                await _json(send, 404, {"error": "ModelNotFound", "message": f"no live model {inference[0]!r}"
+                                        + (f" version {inference[1]!r}" if inference[1] else ""),
+                                        "models": self.models.live()})
+                return
+            # each model server holds one version: a pinned version is routed here, not there
+            service, upstream_path = self.services.get(route.service), re.sub(r"/versions/[^/]+", "", path)
+        else:
+            live = len(parts) > 2 and parts[1] in ("functions", "services")
+            service, upstream_path = (self.services.get(parts[2]) if live else None), "/" + (parts[3] if len(parts) > 3 else "")
         if service is None:
-            body = json.dumps({"error": "NotFound", "message": f"no service at {path}",
-                               "services": sorted(self.services)}).encode()
-            await _reply(send, 404, [(b"content-type", b"application/json")], body)
+            await _json(send, 404, {"error": "NotFound", "message": f"no service at {path}",
+                                    "services": sorted(self.services)})
             return
-        chunks = []
-        more = True
-        while more:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
+        body = await _body(receive)
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
                    if k.decode("latin-1") not in HOP_BY_HOP]
-        upstream_path = "/" + (parts[3] if len(parts) > 3 else "")
         if scope.get("query_string"):
             upstream_path += "?" + scope["query_string"].decode("latin-1")
         try:
-            answer = await service.handle(scope["method"], upstream_path, headers, b"".join(chunks))
+            answer = await service.handle(scope["method"], upstream_path, headers, body)
         except Overloaded as exc:
             await _reply(send, 503, [(b"retry-after", b"1")], str(exc).encode())
             return
@@ -146,6 +212,19 @@ class Runtime:
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+async def _json(send: Send, status: int, body: Any) -> None:
+    await _reply(send, status, [(b"content-type", b"application/json")], json.dumps(body).encode())
 
 
 async def _reply(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -1,8 +1,8 @@
 """Starting instances: by fork from a per-service template process, or as a command.
 
 The template launcher keeps one warm template per service (``template``) and asks it for
-instances; the command launcher starts any program that serves HTTP on the UNIX socket
-named by ``$CASCADE_SOCKET`` (model servers). Both report readiness and exits through
+instances; the command launcher starts any program that serves HTTP on 127.0.0.1:$PORT
+(model servers). Both report readiness and exits through
 callbacks, so the service never polls.
 """
 
@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -23,7 +24,9 @@ OnExit = Callable[[str, int], None]
 class Launcher(Protocol):
     async def prepare(self) -> None: ...
 
-    async def spawn(self, instance_id: str, socket_path: str) -> None: ...
+    async def spawn(self, instance_id: str, socket_path: str) -> str:
+        """Start an instance; returns the address it will listen on."""
+        ...
 
     def terminate(self, instance_id: str) -> None: ...
 
@@ -85,11 +88,12 @@ class TemplateLauncher:
         if not self._ready.done():
             self._ready.set_exception(RuntimeError(f"{self.config['name']}: template exited"))
 
-    async def spawn(self, instance_id: str, socket_path: str) -> None:
+    async def spawn(self, instance_id: str, socket_path: str) -> str:
         await self.prepare()
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write((json.dumps({"spawn": instance_id, "socket": socket_path}) + "\n").encode())
         await self.proc.stdin.drain()
+        return socket_path
 
     def terminate(self, instance_id: str) -> None:
         pid = self.pids.get(instance_id)
@@ -116,22 +120,37 @@ class TemplateLauncher:
             await asyncio.wait([self._reader], timeout=5)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class CommandLauncher:
-    """Runs ``argv`` per instance with ``CASCADE_SOCKET`` set; ready once the socket answers."""
+    """Runs ``argv`` per instance with ``$PORT`` set; ready once ``ready_path`` answers 200."""
 
     def __init__(self, argv: list[str], env: dict[str, str], on_ready: OnReady, on_exit: OnExit,
-                 ready_path: str = "/v2/health/ready") -> None:
+                 ready_path: str = "/v2/health/ready", log_dir: str | None = None) -> None:
+        self.log_dir = log_dir
         self.argv, self.env, self.on_ready, self.on_exit, self.ready_path = argv, env, on_ready, on_exit, ready_path
         self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def prepare(self) -> None:
         return None
 
-    async def spawn(self, instance_id: str, socket_path: str) -> None:
-        env = {**os.environ, **self.env, "CASCADE_SOCKET": socket_path, "CASCADE_INSTANCE": instance_id}
-        proc = await asyncio.create_subprocess_exec(*self.argv, env=env, start_new_session=True)
+    async def spawn(self, instance_id: str, socket_path: str) -> str:
+        port = free_port()
+        address = f"tcp://127.0.0.1:{port}"
+        env = {**os.environ, **self.env, "PORT": str(port), "CASCADE_INSTANCE": instance_id}
+        log = open(os.path.join(self.log_dir, f"{instance_id}.log"), "ab") if self.log_dir else None
+        proc = await asyncio.create_subprocess_exec(*self.argv, env=env, start_new_session=True, stdout=log,
+                                                    stderr=asyncio.subprocess.STDOUT if log else None)
+        if log is not None:
+            log.close()
         self.procs[instance_id] = proc
-        asyncio.create_task(self._watch(instance_id, proc, socket_path))
+        self._tasks.add(asyncio.create_task(self._watch(instance_id, proc, address)))
+        return address
 
     async def _watch(self, instance_id: str, proc: asyncio.subprocess.Process, socket_path: str) -> None:
         from serving.runtime.upstream import Upstream

@@ -66,6 +66,10 @@ class Service:
         self._area += self.inflight * (now - self._since)
         self._since, self.inflight = now, self.inflight + delta
 
+    def hold(self, delta: int) -> None:
+        """Count work that is not a request (a model warming up) as concurrency."""
+        self._account(delta)
+
     def sample(self) -> float:
         """Time-weighted average concurrency since the last sample."""
         now = time.monotonic()
@@ -147,7 +151,9 @@ class Service:
             instance = Instance(ident, str(self.run_dir / f"{ident}.sock"))
             Path(instance.socket).unlink(missing_ok=True)
             self.instances[ident] = instance
-            await self.launcher.spawn(ident, instance.socket)
+            address = await self.launcher.spawn(ident, instance.socket)
+            if address != instance.socket:
+                instance.socket, instance.upstream = address, Upstream(address)
         surplus = len(live) - want
         if surplus > 0:
             # Drain the idlest; starting ones first (they carry nothing yet).

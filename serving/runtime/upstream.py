@@ -1,4 +1,8 @@
-"""The activator's connections to one instance: a pool of keep-alive UNIX-socket streams."""
+"""The activator's connections to one instance: a pool of keep-alive streams.
+
+Function instances listen on UNIX sockets; command services (model servers) on
+``tcp://127.0.0.1:PORT``.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ class Upstream:
         """Send one request; ConnectionError if the instance is gone or hangs up."""
         for attempt in range(2):
             fresh = not self._idle
-            reader, writer = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.socket_path)
+            reader, writer = self._idle.pop() if self._idle else await self._connect()
             try:
                 writer.write(http11.encode(f"{method} {path} HTTP/1.1", headers, body))
                 await writer.drain()
@@ -35,6 +39,12 @@ class Upstream:
             self._idle.append((reader, writer))
             return message
         raise AssertionError("unreachable")
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.socket_path.startswith("tcp://"):
+            host, _, port = self.socket_path[len("tcp://"):].rpartition(":")
+            return await asyncio.open_connection(host, int(port))
+        return await asyncio.open_unix_connection(self.socket_path)
 
     def close(self) -> None:
         for _, writer in self._idle:

@@ -1,0 +1,120 @@
+"""A KServe model server for one model version: TorchScript, PyTorch state dicts, scikit-learn,
+XGBoost and ONNX, with the V1 (``:predict``) and V2 (``/infer``) protocols of ``kserve``.
+
+Run by the runtime as a command service: ``python -m serving.modelserver --name N --artifact
+PATH --format F`` with the port in ``$PORT``. Malformed tensors answer 400 naming the input.
+A PyTorch state dict needs ``arch.json`` beside it: ``{"type": "linear", "in": 8, "out": 1}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kserve
+import numpy as np
+from kserve.errors import InvalidInput
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+
+FORMATS = ("torchscript", "pytorch", "sklearn", "xgboost", "onnx")
+
+
+def load(path: Path, fmt: str) -> Any:
+    """A callable numpy -> numpy for the artifact at ``path``."""
+    if fmt in ("torchscript", "pytorch"):
+        import torch
+
+        if fmt == "torchscript":
+            module = torch.jit.load(str(path))  # type: ignore[no-untyped-call]
+        else:
+            arch = json.loads((path.parent / "arch.json").read_text())
+            module = torch.nn.Linear(int(arch["in"]), int(arch["out"]))
+            module.load_state_dict(torch.load(str(path)))
+        module.eval()
+
+        def torch_forward(x: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return np.asarray(module(torch.from_numpy(x.astype(np.float32))).numpy())
+
+        return torch_forward
+    if fmt == "sklearn":
+        import joblib
+
+        estimator = joblib.load(path)
+        return lambda x: np.asarray(estimator.predict(x))
+    if fmt == "xgboost":
+        import xgboost
+
+        booster = xgboost.Booster()
+        booster.load_model(str(path))
+        return lambda x: np.asarray(booster.predict(xgboost.DMatrix(x)))
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return lambda x: np.asarray(session.run(None, {name: x.astype(np.float32)})[0])
+    raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
+
+
+class CascadeModel(kserve.Model):  # type: ignore[misc]
+    def __init__(self, name: str, path: Path, fmt: str) -> None:
+        super().__init__(name)
+        self.path, self.fmt = path, fmt
+        self.forward: Any = None
+
+    def load(self) -> bool:
+        self.forward = load(self.path, self.fmt)
+        self.ready = True
+        return True
+
+    def _run(self, data: Any, input_name: str) -> np.ndarray:
+        try:
+            array = np.asarray(data, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"input {input_name!r} is not a numeric tensor: {exc}") from exc
+        if array.ndim != 2:
+            raise InvalidInput(f"input {input_name!r} must be a 2-d batch [rows, features], got shape "
+                               f"{list(array.shape)}")
+        try:
+            return np.asarray(self.forward(array))
+        except Exception as exc:  # shape mismatch and the like
+            raise InvalidInput(f"input {input_name!r} with shape {list(array.shape)} does not fit the model: "
+                               f"{str(exc)[:300]}") from exc
+
+    async def predict(self, payload: Any, headers: dict[str, str] | None = None) -> Any:
+        if isinstance(payload, InferRequest):
+            if not payload.inputs:
+                raise InvalidInput("the request has no inputs")
+            tensor = payload.inputs[0]
+            try:
+                data = tensor.as_numpy()
+            except Exception as exc:
+                raise InvalidInput(f"input {tensor.name!r}: {exc}") from exc
+            out = self._run(data, tensor.name)
+            output = InferOutput("output-0", list(out.shape), "FP32", data=out.astype(np.float32).flatten().tolist())
+            return InferResponse(payload.id or str(uuid.uuid4()), self.name, [output],
+                                 model_version=os.environ.get("CASCADE_MODEL_VERSION"))
+        if not isinstance(payload, dict) or "instances" not in payload:
+            raise InvalidInput("a V1 request is {\"instances\": [[...], ...]}: input 'instances' is missing")
+        return {"predictions": self._run(payload["instances"], "instances").tolist()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--artifact", required=True, type=Path)
+    parser.add_argument("--format", required=True, choices=FORMATS)
+    args, _ = parser.parse_known_args()
+    model = CascadeModel(args.name, args.artifact, args.format)
+    model.load()
+    kserve.ModelServer(http_port=int(os.environ["PORT"]), enable_grpc=False, workers=1,
+                       enable_latency_logging=False).start([model])
+
+
+if __name__ == "__main__":
+    main()

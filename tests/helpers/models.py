@@ -1,0 +1,67 @@
+"""Tiny models of every served format, built from code (no downloads): y = x . w + b."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+WEIGHTS = [1.0, 2.0, -1.0, 0.5]
+
+
+def torchscript(folder: Path, bias: float = 0.0) -> Path:
+    import torch
+
+    layer = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([WEIGHTS]))
+        layer.bias.fill_(bias)
+    path = folder / f"model-{bias}.torchscript.pt"
+    torch.jit.script(layer).save(str(path))
+    return path
+
+
+def state_dict(folder: Path) -> Path:
+    import torch
+
+    layer = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([WEIGHTS]))
+        layer.bias.fill_(0.0)
+    torch.save(layer.state_dict(), folder / "model.pt")
+    (folder / "arch.json").write_text(json.dumps({"type": "linear", "in": 4, "out": 1}))
+    return folder / "model.pt"
+
+
+def sklearn(folder: Path) -> Path:
+    import joblib
+    from sklearn.linear_model import LinearRegression
+
+    x = np.random.default_rng(0).normal(size=(50, 4))
+    model = LinearRegression().fit(x, x @ np.array(WEIGHTS))
+    joblib.dump(model, folder / "model.joblib")
+    return folder / "model.joblib"
+
+
+def onnx_model(folder: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 1], WEIGHTS)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "linear",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "model.onnx"))
+    return folder / "model.onnx"
+
+
+def xgboost_model(folder: Path) -> Path:
+    import xgboost as xgb
+
+    x = np.random.default_rng(0).normal(size=(200, 4))
+    booster = xgb.train({"max_depth": 4, "nthread": 1}, xgb.DMatrix(x, label=x @ np.array(WEIGHTS)), 60)
+    booster.save_model(str(folder / "model.json"))
+    return folder / "model.json"

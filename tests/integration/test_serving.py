@@ -1,0 +1,115 @@
+"""Local model serving behind the runtime: every format, V1 and V2, cold starts, bad input,
+failed loads that keep the previous version, and canary splits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+import uvicorn
+
+from serving.runtime.activator import Runtime
+from tests.helpers import models
+from tests.integration.test_runtime import free_port
+
+X = [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]]  # y = 2.5 and 2.0 for w = [1, 2, -1, 0.5]
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Runtime, str]]:
+    grace = getattr(request, "param", 0.5)  # short, so scale to zero shows within a test
+    rt = Runtime(tmp_path / "run", tick=0.05, model_grace=grace)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(rt, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield rt, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(60)
+
+
+def deploy(url: str, model: str, version: str, artifact: Path, fmt: str, **extra: Any) -> httpx.Response:
+    return httpx.put(f"{url}/_runtime/models/{model}/versions/{version}", timeout=120,
+                     json={"artifact": str(artifact), "format": fmt,
+                           "annotations": {"autoscaling.knative.dev/window": "1s"}, **extra})
+
+
+def v1(url: str, model: str, rows: Any = X) -> httpx.Response:
+    return httpx.post(f"{url}/v1/models/{model}:predict", json={"instances": rows}, timeout=120)
+
+
+def v2(url: str, model: str, rows: Any = X, name: str = "input-0") -> httpx.Response:
+    return httpx.post(f"{url}/v2/models/{model}/infer", timeout=120, json={"inputs": [
+        {"name": name, "shape": [len(rows), len(rows[0])], "datatype": "FP32", "data": sum(rows, [])}]})
+
+
+@pytest.mark.parametrize("fmt, build", [("torchscript", models.torchscript), ("pytorch", models.state_dict),
+                                        ("sklearn", models.sklearn), ("onnx", models.onnx_model),
+                                        ("xgboost", models.xgboost_model)])
+def test_every_format_answers_v1_and_v2(runtime: tuple[Runtime, str], tmp_path: Path, fmt: str,
+                                        build: Callable[[Path], Path]) -> None:
+    rt, url = runtime
+    reply = deploy(url, "m", "1", build(tmp_path), fmt)
+    assert reply.status_code == 200, reply.text
+    predictions = [float(p[0]) if isinstance(p, list) else float(p) for p in v1(url, "m").json()["predictions"]]
+    tolerance = 0.6 if fmt == "xgboost" else 1e-4
+    assert predictions == pytest.approx([2.5, 2.0], abs=tolerance)
+    out = v2(url, "m").json()
+    assert "outputs" in out, out
+    assert out["model_name"] == "m" and out["model_version"] == "1"
+    assert out["outputs"][0]["data"] == pytest.approx([2.5, 2.0], abs=tolerance)
+
+
+def test_cold_call_waits_for_the_model_and_bad_input_names_the_input(runtime: tuple[Runtime, str], tmp_path: Path) -> None:
+    rt, url = runtime
+    assert deploy(url, "cold", "1", models.torchscript(tmp_path), "torchscript").status_code == 200
+    service = rt.services["model-cold-1"]
+    deadline = time.monotonic() + 20
+    while service.live():
+        assert time.monotonic() < deadline, "did not scale to zero"
+        time.sleep(0.05)
+    reply = v1(url, "cold")  # from zero instances: waits for start and load, never "not ready"
+    assert reply.status_code == 200 and service.cold_starts == 1
+    bad = v1(url, "cold", [[1.0, 2.0]])
+    assert bad.status_code == 400 and "instances" in bad.text
+    bad2 = v2(url, "cold", [["a", "b", "c", "d"]], name="pixels")
+    assert bad2.status_code == 400 and "pixels" in bad2.text
+    missing = v1(url, "nope")
+    assert missing.status_code == 404 and missing.json()["models"]["cold"][0]["version"] == "1"
+
+
+def test_a_model_that_fails_to_load_leaves_the_previous_version_serving(runtime: tuple[Runtime, str],
+                                                                         tmp_path: Path) -> None:
+    rt, url = runtime
+    assert deploy(url, "m", "1", models.torchscript(tmp_path), "torchscript").status_code == 200
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a model")
+    failed = deploy(url, "m", "2", broken, "torchscript")
+    assert failed.status_code == 422 and failed.json()["serving"] == ["1"]
+    assert "model-m-2" not in rt.services
+    assert v1(url, "m").status_code == 200
+
+
+@pytest.mark.parametrize("runtime", [30.0], indirect=True)  # both versions stay warm over 1,000 calls
+def test_canary_split_is_respected(runtime: tuple[Runtime, str], tmp_path: Path) -> None:
+    rt, url = runtime
+    assert deploy(url, "m", "1", models.torchscript(tmp_path, bias=0.0), "torchscript").status_code == 200
+    reply = deploy(url, "m", "2", models.torchscript(tmp_path, bias=100.0), "torchscript", canaryTrafficPercent=20)
+    assert reply.status_code == 200
+    assert {r["version"]: r["percent"] for r in reply.json()["routes"]} == {"1": 80, "2": 20}
+    with httpx.Client() as client:
+        new = sum(1 for _ in range(1000) if client.post(f"{url}/v1/models/m:predict", json={"instances": [X[0]]})
+                  .json()["predictions"][0][0] > 50)
+    assert 200 - 4 * 12.6 < new < 200 + 4 * 12.6, new  # binomial(1000, 0.2): sigma 12.6
+    pinned = httpx.post(f"{url}/v2/models/m/versions/2/infer", json={"inputs": [
+        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": X[0]}]}).json()
+    assert pinned["model_version"] == "2"
+    full = deploy(url, "m", "2", models.torchscript(tmp_path, bias=100.0), "torchscript")
+    assert {r["version"]: r["percent"] for r in full.json()["routes"]} == {"2": 100}

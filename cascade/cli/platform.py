@@ -63,7 +63,8 @@ class Platform:
         cfg = self.cfg
         os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
         if runtime:
-            rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds)
+            rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds,
+                         model_grace=cfg.serving.scale_to_zero_grace_seconds)
             for spec in self.functions:
                 register(rt, spec, state_url=cfg.state_url, scale_to_zero_grace=cfg.functions.scale_to_zero_grace_seconds,
                          queue_timeout=cfg.functions.queue_timeout_seconds)

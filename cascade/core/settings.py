@@ -82,6 +82,17 @@ class TrainingSettings(BaseModel):
     """Artifact root of the local backend; empty means CASCADE_HOME/artifacts."""
 
 
+class ServingSettings(BaseModel):
+    target: str = "local"
+    """Where released models are deployed: ``local`` (model servers behind the runtime) or ``kserve``."""
+    scale_to_zero_grace_seconds: float = 30.0
+    """How long an idle model server keeps its last instance."""
+    cache: Path | None = None
+    """Artifact cache, by sha256; empty means CASCADE_HOME/cache/models."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Knative autoscaling annotations for model servers (e.g. a shorter window)."""
+
+
 class StateSettings(BaseModel):
     url: str = ""
     """``redis://host:port/db`` or ``sqlite:///path/state.db``; empty means SQLite under CASCADE_HOME."""
@@ -100,6 +111,15 @@ class Settings(BaseSettings):
     dispatcher: DispatcherSettings = Field(default_factory=DispatcherSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
+
+    @property
+    def model_cache(self) -> Path:
+        return (self.serving.cache or self.home / "cache" / "models").resolve()
+
+    @property
+    def runtime_url(self) -> str:
+        return f"http://{self.functions.host}:{self.functions.port}"
 
     @property
     def artifact_root(self) -> Path:
@@ -108,7 +128,8 @@ class Settings(BaseSettings):
     def export(self) -> dict[str, str]:
         """The effective bus, state and home as CASCADE_* variables, for child processes."""
         return {"CASCADE_HOME": str(self.home.resolve()), "CASCADE_BUS__URL": self.bus_url,
-                "CASCADE_STATE__URL": self.state_url, "CASCADE_BUS__TOPIC": self.bus.topic}
+                "CASCADE_STATE__URL": self.state_url, "CASCADE_BUS__TOPIC": self.bus.topic,
+                "CASCADE_FUNCTIONS__PORT": str(self.functions.port), "CASCADE_FUNCTIONS__HOST": self.functions.host}
 
     @property
     def function_paths(self) -> list[Path]:

@@ -1,8 +1,8 @@
 """Deliver one event to one subscriber over HTTP, retrying as the trigger's delivery spec says.
 
 Retried: connection errors, timeouts, and HTTP 404, 408, 409, 429 and 5xx (as Knative's
-dispatcher does). Any other non-2xx fails at once. A 2xx response that carries a CloudEvent
-(binary or structured) is the subscriber's reply; it must be a valid Cascade event.
+dispatcher does). Any other non-2xx fails at once. A 2xx response that carries CloudEvents
+(binary, structured or batch) is the subscriber's reply; each must be a valid Cascade event.
 """
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ class Outcome:
     attempts: int
     code: int | None = None  # last HTTP status; None when no response came back
     error: str = ""  # truncated response body or the reason no response came
-    reply: CloudEvent | None = None
+    replies: tuple[CloudEvent, ...] = ()
     aborted: bool = False  # the dispatcher is stopping: neither delivered nor failed
 
 
-def _reply(response: Response) -> CloudEvent | None:
+def _replies(response: Response) -> tuple[CloudEvent, ...]:
+    """The reply: one event (binary or structured mode) or several (batch mode)."""
     ctype = response.headers.get("content-type", "")
     if "ce-specversion" not in response.headers and not ctype.startswith("application/cloudevents"):
-        return None
+        return ()
     events = ce_http.parse(response.headers, response.body)
-    if len(events) != 1:
-        raise InvalidInput(f"a reply must be one event, got {len(events)}")
-    check_event(events[0])
-    return events[0]
+    for event in events:
+        check_event(event)
+    return tuple(events)
 
 
 def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event) -> Outcome:
@@ -54,7 +54,7 @@ def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery
             code = response.status
             if 200 <= code < 300:
                 try:
-                    return Outcome(True, attempt + 1, code, reply=_reply(response))
+                    return Outcome(True, attempt + 1, code, replies=_replies(response))
                 except InvalidInput as exc:
                     return Outcome(False, attempt + 1, code, f"invalid reply: {exc}"[:ERROR_DATA_LIMIT])
             error = response.text[:ERROR_DATA_LIMIT]

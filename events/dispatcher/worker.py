@@ -164,11 +164,12 @@ class TriggerWorker:
                 return False
             self.stats.add(retried=outcome.attempts - 1)
             if outcome.ok:
-                if outcome.reply is not None:
+                for reply in outcome.replies:
                     for name in ("traceparent", "tracestate", "project"):
-                        if event.get(name) and not outcome.reply.get(name):
-                            outcome.reply[name] = event[name]
-                    self.bus.publish(self.topic, outcome.reply)
+                        if event.get(name) and not reply.get(name):
+                            reply[name] = event[name]
+                if outcome.replies:
+                    self.bus.publish_many(self.topic, list(outcome.replies))
                 self.stats.add(delivered=1)
             else:
                 self._dead_letter(record, outcome.code, outcome.error, outcome.attempts)

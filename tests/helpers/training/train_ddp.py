@@ -31,6 +31,7 @@ for step in range(steps):
 if rank == 0:
     out = os.environ["CASCADE_OUTPUT_DIR"]
     torch.save(model.module.state_dict(), f"{out}/model.pt")
+    torch.jit.script(model.module).save(f"{out}/model.torchscript.pt")
     with open(f"{out}/metrics.json", "w") as f:
         json.dump({"loss": losses[-1], "first_loss": losses[0], "world_size": world}, f)
 dist.destroy_process_group()

@@ -1,0 +1,131 @@
+"""From a trained model to answered inference calls, on the real Kafka and Redis.
+
+A PyTorch DDP job (the training test's) names a model with a release gate; release-model
+registers and releases it, deploy-model deploys it behind the runtime; it answers V1 and V2
+from zero instances, scales back to zero, and a second release with a canary gets its share.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from events.bus.kafka import KafkaBus
+from tests.conftest import KAFKA, REDIS, make_bus
+from tests.integration.test_cli import free_port
+from tests.integration.test_training import HELPERS, Platform
+
+MODEL = f"lin{uuid.uuid4().hex[:6]}"  # the Redis registry outlives a test run
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Platform, str]]:
+    home = tmp_path_factory.mktemp("lifecycle")
+    topic = f"models-{uuid.uuid4().hex[:8]}"
+    port, runtime_port = free_port(), free_port()
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic,
+           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0",
+           "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "2",
+           "CASCADE_SERVING__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}'}
+    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
+                             "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    gateway = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{gateway}/readyz").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    bus = make_bus("kafka", home)
+    assert isinstance(bus, KafkaBus)
+    try:
+        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip()), f"http://127.0.0.1:{runtime_port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        bus.close()
+
+
+def events_for(p: Platform, wanted: str, key: str, timeout: float = 180) -> list[Any]:
+    consumer = p.bus.subscribe([p.topic], f"check-{uuid.uuid4().hex}", start="earliest")
+    found: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for record in consumer.poll(0.5):
+                event = record.event()
+                if event["type"] == wanted and str(event.get("subject", "")).startswith(key):
+                    found.append(event)
+            if found:
+                return found
+    finally:
+        consumer.close()
+    pytest.fail(f"no {wanted} for {key}")
+
+
+def train(p: Platform, canary: int | None = None) -> str:
+    release: dict[str, Any] = {"when": "data.loss < 1.0"}
+    if canary is not None:
+        release["canaryTrafficPercent"] = canary
+    return p.submit({"framework": "pytorch", "entrypoint": {"script": str(HELPERS / "train_ddp.py")}, "workers": 2,
+                     "hyperparameters": {"steps": 40},
+                     "model": {"name": MODEL, "file": "model.torchscript.pt", "format": "torchscript",
+                               "release": release}})
+
+
+def service_instances(runtime: str, version: str) -> int:
+    services = {s["name"]: s for s in httpx.get(f"{runtime}/_runtime/services").json()}
+    s = services.get(f"model-{MODEL}-{version}", {"ready": 0, "starting": 0})
+    return int(s["ready"]) + int(s["starting"])
+
+
+def test_trained_model_is_registered_released_deployed_and_answers_from_zero(platform: tuple[Platform, str]) -> None:
+    p, runtime = platform
+    job = train(p)
+    [registered] = events_for(p, "io.cascade.model.registered.v1", f"{MODEL}:1")
+    data = registered.get_data()
+    assert data["lineage"]["job"] == job and len(data["sha256"]) == 64 and data["format"] == "torchscript"
+    [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{MODEL}:1")
+    assert deployed.get_data()["target"] == "local" and deployed.get_data()["timings"]["load"] > 0
+    deadline = time.monotonic() + 60
+    while service_instances(runtime, "1"):
+        assert time.monotonic() < deadline, "the model server did not scale to zero"
+        time.sleep(0.2)
+    row = [[1.0] * 8]
+    v1 = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120)
+    assert v1.status_code == 200 and len(v1.json()["predictions"]) == 1, v1.text
+    v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, json={"inputs": [
+        {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": row[0]}]})
+    assert v2.status_code == 200 and v2.json()["model_version"] == "1"
+    assert v2.json()["outputs"][0]["data"] == pytest.approx(v1.json()["predictions"][0], abs=1e-5)
+    deadline = time.monotonic() + 60
+    while service_instances(runtime, "1"):
+        assert time.monotonic() < deadline, "idle again, it goes back to zero"
+        time.sleep(0.2)
+
+
+def test_a_second_release_shifts_the_canary_share(platform: tuple[Platform, str]) -> None:
+    p, runtime = platform
+    train(p, canary=30)
+    [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{MODEL}:2")
+    assert deployed.get_data()["version"] == "2"
+    routes = {r["version"]: r["percent"] for r in httpx.get(f"{runtime}/_runtime/models").json()[MODEL]}
+    assert routes == {"1": 70, "2": 30}
+    with httpx.Client(timeout=120) as client:
+        versions = [client.post(f"{runtime}/v2/models/{MODEL}/infer", json={"inputs": [
+            {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": [1.0] * 8}]}).json()["model_version"]
+            for _ in range(1000)]
+    share = versions.count("2")
+    assert 300 - 4 * 14.5 < share < 300 + 4 * 14.5, share  # binomial(1000, 0.3): sigma 14.5

@@ -78,6 +78,8 @@ class Models:
             return follow_up(event, "model.deploy_failed", body, source=SOURCE_DEPLOY, partitionkey=model,
                              subject=f"{model}:{version}")
 
+        if self.cfg.serving.target == "kserve":
+            return self.to_kserve(event, d, failed)
         started = time.monotonic()
         try:
             local = artifacts.fetch(str(d["artifactUri"]), str(d["sha256"]), self.cfg.model_cache)
@@ -98,5 +100,36 @@ class Models:
         data = {"model": model, "version": version, "target": "local",
                 "endpoint": f"{self.cfg.runtime_url}/v1/models/{model}:predict",
                 "timings": {"download": round(fetched, 3), "load": float(answer.get("loadSeconds", 0.0))}}
+        return follow_up(event, "model.deployed", data, source=SOURCE_DEPLOY, partitionkey=model,
+                         subject=f"{model}:{version}")
+
+    def to_kserve(self, event: CloudEvent, d: dict[str, Any], failed: Any) -> CloudEvent:
+        """Server-side apply an InferenceService and watch its Ready condition."""
+        from kubernetes import config as kube_config
+
+        from serving import kserve
+
+        model, version = str(d["model"]), str(d["version"])
+        namespace = f"{self.cfg.training.namespace_prefix}{event.get('project') or 'default'}"
+        live = [v for v in self.registry.versions(model) if v.get("stage") == "released" and v["version"] != version]
+        resource = kserve.inference_service(d, namespace, previous_live=bool(live))
+        api = kube_config.new_client_from_config()  # type: ignore[no-untyped-call]
+        started = time.monotonic()
+        try:
+            kserve.apply(api, resource)
+            while time.monotonic() - started < 600:
+                from kubernetes import client as k8s
+
+                state = kserve.phase(k8s.CustomObjectsApi(api).get_namespaced_custom_object(  # type: ignore[arg-type]
+                    kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL, model))
+                if state != "pending":
+                    break
+                time.sleep(2)
+        except Exception as exc:  # the API server's answer is the reason
+            return failed(f"applying InferenceService {namespace}/{model}: {exc}")  # type: ignore[no-any-return]
+        if state != "ready":
+            return failed(f"InferenceService {namespace}/{model} is {state}")  # type: ignore[no-any-return]
+        data = {"model": model, "version": version, "target": "kserve",
+                "timings": {"ready": round(time.monotonic() - started, 3)}}
         return follow_up(event, "model.deployed", data, source=SOURCE_DEPLOY, partitionkey=model,
                          subject=f"{model}:{version}")

@@ -597,3 +597,53 @@ def jobs_policy(
     except CascadeError as exc:
         fail(str(exc))
     typer.echo(f"labels.completed for {dataset} now trains that spec")
+
+
+models_app = typer.Typer(help="The model registry: versions, releases.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("ls")
+def models_ls() -> None:
+    """Models and their versions with stage and metrics."""
+    from rich.table import Table
+
+    from serving.registry import Registry
+
+    table = Table("model", "version", "stage", "format", "metrics", "job")
+    for model, versions in sorted(Registry(wiring.store(settings())).models().items()):
+        for v in sorted(versions, key=lambda r: str(r["version"]).zfill(8)):
+            table.add_row(model, str(v["version"]), v.get("stage", ""), v.get("format", ""),
+                          json.dumps(v.get("metrics", {}))[:50], str(v.get("lineage", {}).get("job", "")))
+    console().print(table)
+
+
+@models_app.command("show")
+def models_show(model: str, version: str) -> None:
+    """One version: artifact, checksum, lineage, metrics."""
+    from serving.registry import Registry
+
+    try:
+        typer.echo(json.dumps(Registry(wiring.store(settings())).get(model, version), indent=2))
+    except CascadeError as exc:
+        fail(str(exc))
+
+
+@models_app.command("release")
+def models_release(
+    model: str,
+    version: str,
+    canary: Annotated[Optional[int], typer.Option(help="Traffic percent for this version while the previous one is live.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", help="Edge clusters to target, k=v (repeatable).")] = None,
+) -> None:
+    """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
+    from serving.registry import Registry
+
+    cfg = settings()
+    targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    try:
+        event = Registry(wiring.store(cfg)).release(model, version, targets=targets, canary=canary)
+        wiring.bus(cfg).publish(cfg.bus.topic, event)
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"released {model} {version}" + (f" ({canary}% canary)" if canary is not None else ""))

@@ -1,0 +1,70 @@
+"""KServe InferenceServices for released models, built with the ``kserve`` SDK's models.
+
+``serving.kserve.io/deploymentMode: Knative`` with ``minReplicas: 0`` (the default mode since
+0.16, Standard, cannot reach zero without KEDA); ``modelFormat`` and ``storageUri`` from the
+release; resources and placement from the accelerator matcher; ``canaryTrafficPercent`` when
+a previous version is live. ``apply`` server-side applies it; ``phase`` reads its Ready condition.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kserve import (
+    V1beta1InferenceService,
+    V1beta1InferenceServiceSpec,
+    V1beta1ModelFormat,
+    V1beta1ModelSpec,
+    V1beta1PredictorSpec,
+)
+from kserve.api_client import ApiClient as KServeApiClient
+from kubernetes import client as k8s
+
+# Registry formats -> KServe modelFormat names (what the serving runtimes declare).
+MODEL_FORMATS = {"torchscript": "pytorch", "pytorch": "pytorch", "sklearn": "sklearn", "xgboost": "xgboost",
+                 "onnx": "onnx", "tensorflow": "tensorflow", "huggingface": "huggingface",
+                 "lora-adapter": "huggingface"}
+GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
+
+
+def inference_service(release: dict[str, Any], namespace: str, *, placement: dict[str, Any] | None = None,
+                      previous_live: bool = False, cpu: str = "1", memory: str = "2Gi",
+                      scale_target: int = 10) -> dict[str, Any]:
+    """The InferenceService for a ``model.released`` event's data, as a plain dict."""
+    p = placement or {}
+    limits = {"cpu": cpu, "memory": memory, **p.get("limits", {})}
+    model = V1beta1ModelSpec(name="kserve-container", model_format=V1beta1ModelFormat(name=MODEL_FORMATS[release["format"]]),
+                             storage_uri=release["artifactUri"],
+                             resources={"limits": limits, "requests": {"cpu": cpu, "memory": memory}})
+    canary = release.get("canaryTrafficPercent") if previous_live else None
+    predictor = V1beta1PredictorSpec(model=model, min_replicas=0, scale_target=scale_target,
+                                     scale_metric="concurrency", container_concurrency=0,
+                                     canary_traffic_percent=canary, node_selector=p.get("nodeSelector") or None,
+                                     tolerations=list(p.get("tolerations", [])) or None)
+    isvc = V1beta1InferenceService(
+        api_version=f"{GROUP}/{VERSION}", kind="InferenceService",
+        metadata={"name": release["model"], "namespace": namespace,
+                  "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/model": release["model"],
+                             "cascade.io/version": str(release["version"])},
+                  "annotations": {"serving.kserve.io/deploymentMode": "Knative", "cascade.io/sha256": release["sha256"]}},
+        spec=V1beta1InferenceServiceSpec(predictor=predictor))
+    return cast(dict[str, Any], KServeApiClient().sanitize_for_serialization(isvc))
+
+
+def apply(api: k8s.ApiClient, resource: dict[str, Any]) -> dict[str, Any]:
+    meta = resource["metadata"]
+    result = k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], resource, field_manager="cascade", force=True,
+        _content_type="application/apply-patch+yaml")
+    return cast(dict[str, Any], result)
+
+
+def phase(resource: dict[str, Any]) -> str:
+    """'ready', 'failed' (with a reason in the condition) or 'pending'."""
+    for condition in (resource.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return "ready"
+            if condition.get("reason") in ("RevisionFailed", "InvalidSpec", "ModelLoadFailed"):
+                return "failed"
+    return "pending"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,9 @@ def main() -> None:
     parser.add_argument("--format", required=True, choices=FORMATS)
     args, _ = parser.parse_known_args()
     model = CascadeModel(args.name, args.artifact, args.format)
+    started = time.perf_counter()
     model.load()
+    print(f"cascade: model loaded in {time.perf_counter() - started:.4f}s", flush=True)
     kserve.ModelServer(http_port=int(os.environ["PORT"]), enable_grpc=False, workers=1,
                        enable_latency_logging=False).start([model])
 

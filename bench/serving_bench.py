@@ -1,0 +1,95 @@
+"""Serving benchmarks: the inference gateway's warm overhead, and a cold call split in two.
+
+Warm: V1 predict through the runtime's inference routes against the same request sent
+straight to the model server, in the same run. Cold: the first call at zero instances,
+split into model load (timed inside the server) and instance start (the rest).
+Run:  .venv/bin/python -m bench.serving_bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from bench.common import percentile, table
+from bench.gateway_bench import free_port
+from serving.runtime.activator import Runtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.helpers import models  # noqa: E402  (tiny models built from code)
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> float:
+    start = time.perf_counter()
+    conn.request("POST", path, body=body, headers={"content-type": "application/json"})
+    response = conn.getresponse()
+    response.read()
+    assert response.status == 200, response.status
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--warm", type=int, default=2000)
+    parser.add_argument("--cold", type=int, default=10)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="cascade-serving-bench-"))
+    runtime = Runtime(home / "run", tick=3600, model_grace=3600)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(runtime, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    assert runtime.loop is not None
+    artifact = models.torchscript(home)
+    deploy = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    deploy.request("PUT", "/_runtime/models/m/versions/1", body=json.dumps({"artifact": str(artifact),
+                                                                             "format": "torchscript"}))
+    assert deploy.getresponse().status == 200
+    service = runtime.services["model-m-1"]
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0, 4.0]]}).encode()
+    via = http.client.HTTPConnection("127.0.0.1", port)
+    [instance] = service.live()
+    direct = http.client.HTTPConnection("127.0.0.1", int(instance.socket.rsplit(":", 1)[1]))
+    for conn in (via, direct):
+        post(conn, "/v1/models/m:predict", body)
+    warm_via = [post(via, "/v1/models/m:predict", body) for _ in range(args.warm)]
+    warm_direct = [post(direct, "/v1/models/m:predict", body) for _ in range(args.warm)]
+    cold, loads = [], []
+    for _ in range(args.cold):
+        asyncio.run_coroutine_threadsafe(service.scale_to(0), runtime.loop).result()
+        while service.instances:
+            time.sleep(0.01)
+        cold.append(post(via, "/v1/models/m:predict", body))
+        log = sorted(service.run_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)[-1].read_text()
+        loads.append(float(re.findall(r"model loaded in ([\d.]+)s", log)[-1]) * 1000)
+    server.should_exit = True
+    thread.join(60)
+    added = percentile(warm_via, 50) - percentile(warm_direct, 50)
+    print(table(f"Warm V1 predict (ms, {args.warm} calls); the inference gateway adds {added:.3f} ms at p50",
+                ["path", "p50", "p99", "p50 ratio"],
+                [["model server, direct", percentile(warm_direct, 50), percentile(warm_direct, 99), 1.0],
+                 ["through the inference gateway", percentile(warm_via, 50), percentile(warm_via, 99),
+                  percentile(warm_via, 50) / percentile(warm_direct, 50)]]))
+    print()
+    starts = [c - m for c, m in zip(cold, loads)]
+    print(table(f"Cold call at zero instances (ms, {args.cold} trials), TorchScript model",
+                ["part", "p50", "max"], [["instance start (process, imports, server)", percentile(starts, 50),
+                                          max(starts)],
+                                         ["model load", percentile(loads, 50), max(loads)],
+                                         ["whole cold call", percentile(cold, 50), max(cold)]]))
+
+
+if __name__ == "__main__":
+    main()

@@ -51,7 +51,7 @@ class Letter:
                 "error": self.header("ce_knativeerrordata")[:120], "attempts": self.header("ce_cascadeattempts")}
 
 
-def _read_all(bus: EventBus, topic: str, group: str, timeout: float,
+def read_to_end(bus: EventBus, topic: str, group: str, timeout: float,
               handle: Callable[[list[Record]], None] = lambda records: None) -> list[Record]:
     """Read ``topic`` from the group's position to the current end; ``handle`` each batch before acking it."""
     ends = {p: end for p, end in bus.end_offsets(topic).items()}
@@ -76,7 +76,7 @@ def _read_all(bus: EventBus, topic: str, group: str, timeout: float,
 
 def list_letters(bus: EventBus, trigger: Trigger, timeout: float = 10.0) -> list[Letter]:
     """Every dead letter of ``trigger`` (read with a throwaway group)."""
-    records = _read_all(bus, trigger.dead_letter_topic, f"cascade.dlq-view.{uuid.uuid4().hex}", timeout)
+    records = read_to_end(bus, trigger.dead_letter_topic, f"cascade.dlq-view.{uuid.uuid4().hex}", timeout)
     return [Letter(r) for r in sorted(records, key=lambda r: (r.timestamp, r.partition, r.offset))]
 
 
@@ -93,4 +93,4 @@ def replay(bus: EventBus, trigger: Trigger, timeout: float = 30.0) -> int:
         if again:
             bus.append(trigger.retry_topic, again)
 
-    return len(_read_all(bus, trigger.dead_letter_topic, f"cascade.dlq-replay.{trigger.name}", timeout, send))
+    return len(read_to_end(bus, trigger.dead_letter_topic, f"cascade.dlq-replay.{trigger.name}", timeout, send))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -189,6 +190,8 @@ class KafkaGroupConsumer:
             fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}",
             bootstrap_timeout_ms=int(bus.request_timeout * 1000)))
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
+        for topic in topics:  # know every topic's partitions before joining, so the assignment covers them all
+            bus._guard("metadata", partial(self._consumer.partitions_for_topic, topic))
         self._consumer.subscribe(topics, listener=_Listener(self))
         self._last_commit = time.monotonic()
 

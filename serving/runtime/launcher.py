@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from serving.runtime.template import die_with_parent
+
 OnReady = Callable[[str], None]
 OnExit = Callable[[str, int], None]
 
@@ -145,7 +147,8 @@ class CommandLauncher:
         env = {**os.environ, **self.env, "PORT": str(port), "CASCADE_INSTANCE": instance_id}
         log = open(os.path.join(self.log_dir, f"{instance_id}.log"), "ab") if self.log_dir else None
         proc = await asyncio.create_subprocess_exec(*self.argv, env=env, start_new_session=True, stdout=log,
-                                                    stderr=asyncio.subprocess.STDOUT if log else None)
+                                                    stderr=asyncio.subprocess.STDOUT if log else None,
+                                                    preexec_fn=die_with_parent)
         if log is not None:
             log.close()
         self.procs[instance_id] = proc

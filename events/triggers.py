@@ -170,17 +170,17 @@ class Trigger(BaseModel):
     def matches(self, attributes: Mapping[str, Any], data: Any) -> bool:
         return self.matcher.matches(attributes, data)
 
-    @property
-    def group(self) -> str:
-        return f"cascade.trigger.{self.name}"
+    def group(self, topic: str) -> str:
+        """The consumer group, one per trigger and broker topic (platforms sharing a Kafka never mix)."""
+        return f"{topic}.trigger.{self.name}"
 
     @property
     def dead_letter_topic(self) -> str:
         return self.delivery.dead_letter_sink or f"cascade.dlq.{self.name}"
 
-    @property
-    def retry_topic(self) -> str:
-        return f"cascade.retry.{self.name}"
+    def retry_topic(self, topic: str) -> str:
+        """Where replayed dead letters go: only this trigger consumes it."""
+        return f"{topic}.retry.{self.name}"
 
     @property
     def is_url(self) -> bool:

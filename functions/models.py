@@ -39,6 +39,8 @@ class Models:
     def on_succeeded(self, event: CloudEvent) -> list[CloudEvent]:
         data: dict[str, Any] = event.get_data() or {}
         job = self.store.get_record("job", str(data["jobId"])) or {}
+        if job.get("kind") == "finetune":
+            return self._register_finetune(event, data, job)
         model = (job.get("spec") or {}).get("model")
         if not model:
             return []
@@ -65,6 +67,23 @@ class Models:
                 out.append(follow_up(event, "model.released", released.get_data() or {}, source=SOURCE_RELEASE,
                                      partitionkey=model["name"], subject=released["subject"], id=released["id"]))
         return out
+
+    def _register_finetune(self, event: CloudEvent, data: dict[str, Any], job: dict[str, Any]) -> list[CloudEvent]:
+        spec = job.get("finetune") or {}
+        folder = "model" if spec.get("method") == "full" else "adapter"
+        path = Path(unquote(urlparse(str(data["artifactUri"])).path)) / folder
+        if not spec or not path.exists():
+            return []
+        name = str(spec["outputModel"])
+        existing = [v for v in self.registry.versions(name) if v.get("lineage", {}).get("job") == data["jobId"]]
+        version = existing[0]["version"] if existing else self.registry.next_version(name)
+        record = {"model": name, "version": version, "artifactUri": path.as_uri(), "sha256": artifacts.sha256_of(path),
+                  "format": "huggingface" if folder == "model" else "lora-adapter", "framework": "pytorch",
+                  "metrics": data.get("metrics", {}),
+                  "lineage": {"job": data["jobId"], "dataset": spec["dataset"], "baseModel": spec["baseModel"]}}
+        self.registry.register(record)
+        return [follow_up(event, "model.registered", record, source=SOURCE_RELEASE, partitionkey=name,
+                          subject=f"{name}:{version}", id=f"registered-{name}-{version}")]
 
     # -- deploy-model ---------------------------------------------------------------------
     def on_released(self, event: CloudEvent) -> CloudEvent:

@@ -1,6 +1,6 @@
 """The edge agent: an edge cluster subscribes to model releases and deploys them itself.
 
-One consumer group per cluster (``cascade.edge.<cluster>``) on the broker topic. A
+One consumer group per cluster (``<topic>.edge.<cluster>``) on the broker topic. A
 ``model.released`` is taken when its target selector matches the cluster's labels
 (``matchLabels`` and ``matchExpressions`` as in Kubernetes; no selector: every cluster).
 Per model only the newest release in a batch is applied; an older or already applied one is
@@ -136,7 +136,7 @@ class EdgeAgent:
 
     def run(self) -> None:
         self.restore()
-        consumer = self.bus.subscribe([self.topic], f"cascade.edge.{self.cluster}", start="earliest")
+        consumer = self.bus.subscribe([self.topic], f"{self.topic}.edge.{self.cluster}", start="earliest")
         last_beat = 0.0
         try:
             while not self._stop.is_set():

@@ -365,7 +365,7 @@ def dlq_replay(
     from events.dispatcher.deadletters import replay
 
     cfg = settings()
-    count = replay(wiring.bus(cfg), _trigger(cfg, trigger, triggers))
+    count = replay(wiring.bus(cfg), _trigger(cfg, trigger, triggers), cfg.bus.topic)
     typer.echo(f"replayed {count} dead letter(s) to {trigger}")
 
 

@@ -80,7 +80,7 @@ def list_letters(bus: EventBus, trigger: Trigger, timeout: float = 10.0) -> list
     return [Letter(r) for r in sorted(records, key=lambda r: (r.timestamp, r.partition, r.offset))]
 
 
-def replay(bus: EventBus, trigger: Trigger, timeout: float = 30.0) -> int:
+def replay(bus: EventBus, trigger: Trigger, topic: str = "cascade.events", timeout: float = 30.0) -> int:
     """Send the trigger's not-yet-replayed dead letters to it again; returns how many."""
 
     def send(records: list[Record]) -> None:
@@ -91,6 +91,6 @@ def replay(bus: EventBus, trigger: Trigger, timeout: float = 30.0) -> int:
             headers = tuple((k, v) for k, v in wire.headers if k not in ERROR_HEADERS and k != "ce_cascadereplay")
             again.append(WireRecord(wire.key, headers + (("ce_cascadereplay", str(count).encode()),), wire.value))
         if again:
-            bus.append(trigger.retry_topic, again)
+            bus.append(trigger.retry_topic(topic), again)
 
     return len(read_to_end(bus, trigger.dead_letter_topic, f"cascade.dlq-replay.{trigger.name}", timeout, send))

@@ -31,8 +31,8 @@ COUNTERS = ("delivered", "retried", "dead_lettered", "filtered", "duplicates")
 def trigger_lag(bus: EventBus, trigger: Trigger, topic: str) -> int:
     """Events on the trigger's topics that its group has not committed yet."""
     lag = 0
-    for name in (topic, trigger.retry_topic):
-        committed = bus.committed(name, trigger.group)
+    for name in (topic, trigger.retry_topic(topic)):
+        committed = bus.committed(name, trigger.group(topic))
         lag += sum(max(0, end - committed.get(p, 0)) for p, end in bus.end_offsets(name).items())
     return lag
 

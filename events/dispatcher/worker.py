@@ -73,7 +73,8 @@ class TriggerWorker:
     def run(self) -> None:
         while True:
             try:
-                consumer = self.bus.subscribe([self.topic, self.trigger.retry_topic], self.trigger.group,
+                consumer = self.bus.subscribe([self.topic, self.trigger.retry_topic(self.topic)],
+                                              self.trigger.group(self.topic),
                                               start=self.trigger.start)
                 break
             except RetryableError as exc:

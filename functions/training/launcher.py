@@ -52,7 +52,35 @@ class TrainingLauncher:
     def handle(self, event: CloudEvent) -> CloudEvent | None:
         if event["type"] == "io.cascade.labels.completed.v1":
             return self.on_labels(event)
+        if event["type"] == "io.cascade.finetune.submitted.v1":
+            return self.on_finetune(event)
         return self.on_submitted(event)
+
+    def on_finetune(self, event: CloudEvent) -> CloudEvent | None:
+        """Estimate memory, place on a card that fits it, and run the fine-tune as a training job."""
+        from functions.finetune import job as finetune
+
+        data: dict[str, Any] = event.get_data() or {}
+        job_id, project = str(data["jobId"]), str(data.get("project") or event.get("project") or "default")
+        record = self.store.get_record("job", job_id)
+        if record and record.get("status") not in (None, "submitted"):
+            return None
+        try:
+            need = finetune.memory(data["spec"])
+            job = finetune.training_job(job_id, project, data["spec"])
+            request = job.matcher_job(self.cfg.training.queue)
+            if not request.request.none:
+                request = replace(request, min_memory_gib=need.total_gib)
+            placement = self.matcher.place(request)
+        except InvalidInput as exc:
+            records.update(self.store, job_id, "failed", reason=str(exc), project=project, kind="finetune")
+            return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
+                             partitionkey=job_id, subject=job_id)
+        job = replace(job, placement={**placement.manifest_fields(), "skipped": placement.skipped,
+                                      "memoryGiB": round(need.total_gib, 2)})
+        records.update(self.store, job_id, "submitted", kind="finetune", project=project, finetune=data["spec"])
+        self.backend.launch(job, {k: str(event[k]) for k in PROPAGATED if event.get(k)})
+        return None
 
     def on_submitted(self, event: CloudEvent) -> CloudEvent | None:
         data: dict[str, Any] = event.get_data() or {}

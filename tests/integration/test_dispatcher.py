@@ -228,8 +228,8 @@ def test_dead_letters_can_be_listed_and_replayed_after_a_fix(bus: EventBus, stor
         eventually(lambda: dispatcher.stats()[t.name]["dead_lettered"] == 3)
         assert len(list_letters(bus, t)) == 3
         broken["on"] = False
-        assert replay(bus, t) == 3
-        assert replay(bus, t) == 0, "each dead letter is replayed once"
+        assert replay(bus, t, topic) == 3
+        assert replay(bus, t, topic) == 0, "each dead letter is replayed once"
         eventually(lambda: dispatcher.stats()[t.name]["delivered"] == 3)
     ok = [d for d in sub.at("/fixme") if d.headers.get("ce-cascadereplay") == "1"]
     assert sorted(d.data["jobId"] for d in ok) == ["job-0", "job-1", "job-2"]

@@ -34,7 +34,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Platfor
     port, runtime_port = free_port(), free_port()
     env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic,
            "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0",
-           "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "2",
+           "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "5",  # above a cold start, so a canary split stays warm
            "CASCADE_SERVING__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}'}
     proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
                              "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

@@ -83,7 +83,8 @@ def test_loading_from_func_yaml_and_trigger_files(tmp_path: Path) -> None:
     assert triggers["on-upload"].subscriber == "catalog-dataset" and not triggers["on-upload"].is_url
     hook = triggers["to-webhook"]
     assert hook.is_url and hook.ordering == "ordered" and hook.dead_letter_topic == "my-dlq"
-    assert hook.group == "cascade.trigger.to-webhook" and hook.retry_topic == "cascade.retry.to-webhook"
+    assert hook.group("cascade.events") == "cascade.events.trigger.to-webhook"
+    assert hook.retry_topic("cascade.events") == "cascade.events.retry.to-webhook"
 
 
 def test_loading_errors_name_the_file_and_field(tmp_path: Path) -> None:

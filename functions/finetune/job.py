@@ -1,0 +1,50 @@
+"""A FineTuneJob: its checks, its memory estimate, and the training job that runs it.
+
+The run is an ordinary PyTorch training job whose entrypoint is ``functions.finetune.entrypoint``
+(hyperparameters = the fine-tune spec), so placement, backends and lifecycle events are the
+training plane's. Invalid combinations are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cascade.core.accelerators import parse
+from cascade.core.errors import InvalidInput
+from events import schemas
+from functions.finetune.memory import Estimate, estimate, shape_of
+from functions.training.job import TrainingJob
+
+QUANTIZED_VENDORS = ("nvidia",)  # bitsandbytes 4-bit kernels
+
+
+def check(spec: dict[str, Any]) -> None:
+    schemas.validate("finetunejob.v1", spec, prefix="/spec")
+    request = parse(spec.get("resources", {}).get("accelerator", "0"))
+    if spec["method"] == "qlora" and (request.none or (request.vendor or "nvidia") not in QUANTIZED_VENDORS):
+        raise InvalidInput("qlora needs a 4-bit capable accelerator (an NVIDIA GPU with bitsandbytes); request one, "
+                           "e.g. resources.accelerator: \"1\", or use method: lora", field="/spec/method")
+    if spec["method"] == "full" and any(k in spec for k in ("lora_rank", "lora_alpha", "lora_dropout")):
+        raise InvalidInput("lora_* settings have no effect with method: full; remove them or use lora",
+                           field="/spec/method")
+    if spec.get("precision") == "fp16" and spec["method"] == "qlora":
+        raise InvalidInput("qlora computes in bf16 here; use precision: bf16", field="/spec/precision")
+
+
+def memory(spec: dict[str, Any]) -> Estimate:
+    try:
+        shape = shape_of(spec["baseModel"])
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="/spec/baseModel") from exc
+    return estimate(shape, spec["method"], spec.get("precision", "bf16"), lora_rank=spec.get("lora_rank", 8),
+                    target_modules=len(spec.get("target_modules") or ["q_proj", "v_proj"]),
+                    batch=spec.get("batch_size", 1), seq=spec.get("max_seq_length", 512))
+
+
+def training_job(job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:
+    """The training job that runs the fine-tune (one worker; torchrun processes per card)."""
+    check(spec)
+    body = {"framework": "pytorch", "entrypoint": {"module": "functions.finetune.entrypoint"},
+            "workers": 1, "resources": spec.get("resources", {"accelerator": "0"}), "hyperparameters": spec,
+            "dataset": spec["dataset"], "project": project}
+    return TrainingJob.from_spec(job_id, project, body)

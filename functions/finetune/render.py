@@ -1,0 +1,54 @@
+"""Fine-tuning on a cluster: a PyTorchJob running the same entrypoint under torchrun
+(with a DeepSpeed ZeRO-3 config for multi-node ``full``), or a LLaMA-Factory config
+(``llamafactory-cli train``) rendered from the same spec."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from functions.finetune.job import training_job
+from functions.training import kinds
+
+DEEPSPEED_ZERO3 = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                         "stage3_gather_16bit_weights_on_model_save": True},
+                   "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+                   "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                   "gradient_clipping": "auto"}
+
+
+def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: dict[str, Any], *, workers: int = 1,
+               procs: int = 1, namespace: str = "default") -> dict[str, Any]:
+    job = training_job(job_id, project, spec)
+    body = {**job.spec, "workers": workers, "procsPerWorker": procs}
+    resource = kinds.render(replace(job, spec=body, placement=placement), namespace)
+    specs = resource["spec"]["pytorchReplicaSpecs"]
+    for role in specs.values():
+        container = role["template"]["spec"]["containers"][0]
+        container["command"] = ["torchrun", "-m", "functions.finetune.entrypoint"]
+        if spec["method"] == "full" and workers > 1:
+            container["env"].append({"name": "CASCADE_DEEPSPEED_CONFIG", "value": json.dumps(DEEPSPEED_ZERO3)})
+    return resource
+
+
+def llamafactory(spec: dict[str, Any], output_dir: str = "/output") -> dict[str, Any]:
+    """The YAML ``llamafactory-cli train`` reads, for the same fine-tune."""
+    config: dict[str, Any] = {
+        "model_name_or_path": spec["baseModel"], "stage": "sft", "do_train": True,
+        "finetuning_type": "full" if spec["method"] == "full" else "lora",
+        "dataset": spec["dataset"], "template": spec.get("template", "alpaca"),
+        "cutoff_len": spec.get("max_seq_length", 512), "output_dir": output_dir,
+        "per_device_train_batch_size": spec.get("batch_size", 1),
+        "gradient_accumulation_steps": spec.get("gradient_accumulation", 1),
+        "learning_rate": spec.get("learning_rate", 2e-4), "num_train_epochs": float(spec.get("epochs", 1)),
+        "max_steps": spec.get("max_steps", -1), "logging_steps": 1, "save_strategy": "epoch",
+        "bf16": spec.get("precision", "bf16") == "bf16", "fp16": spec.get("precision") == "fp16",
+    }
+    if spec["method"] != "full":
+        config.update({"lora_rank": spec.get("lora_rank", 8), "lora_alpha": spec.get("lora_alpha", 16),
+                       "lora_dropout": spec.get("lora_dropout", 0.05),
+                       "lora_target": ",".join(spec.get("target_modules") or ["q_proj", "v_proj"])})
+    if spec["method"] == "qlora":
+        config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes"})
+    return config

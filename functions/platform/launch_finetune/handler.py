@@ -1,0 +1,21 @@
+"""launch-finetune: finetune.submitted -> memory estimate, placement, a running fine-tune."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from functions.training.launcher import TrainingLauncher
+
+_launcher: TrainingLauncher | None = None
+
+
+def start(config: dict[str, Any]) -> None:
+    global _launcher
+    _launcher = TrainingLauncher()
+
+
+def handle(event: CloudEvent) -> CloudEvent | None:
+    assert _launcher is not None
+    return _launcher.on_finetune(event)

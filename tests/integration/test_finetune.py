@@ -1,0 +1,56 @@
+"""A real LoRA fine-tune from a finetune.submitted event, on the real Kafka and Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import tiny_llm
+from tests.integration.test_model_lifecycle import events_for
+from tests.integration.test_model_lifecycle import platform as _platform  # noqa: F401  (the running platform)
+from tests.integration.test_training import Platform
+
+platform = _platform
+
+
+def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Path) -> None:
+    p, _ = platform
+    base = tiny_llm.base_model(tmp_path / "base")
+    data = tiny_llm.dataset(tmp_path / "reverse.jsonl")
+    name = f"tiny{uuid.uuid4().hex[:6]}"
+    spec = {"baseModel": str(base), "dataset": data.as_uri(), "method": "lora", "lora_rank": 4, "lora_alpha": 8,
+            "lora_dropout": 0.0, "max_steps": 60, "learning_rate": 0.01, "precision": "fp32",
+            "outputModel": name, "max_seq_length": 64}
+    reply = httpx.post(f"{p.gateway}/v1/jobs", json={"kind": "finetune", "spec": spec},
+                       headers={"authorization": f"Bearer {p.token}"})
+    assert reply.status_code == 202, reply.text
+    job_id = reply.json()["jobId"]
+    [registered] = events_for(p, "io.cascade.model.registered.v1", f"{name}:1", timeout=300)
+    d: dict[str, Any] = registered.get_data()
+    assert d["lineage"] == {"job": job_id, "dataset": data.as_uri(), "baseModel": str(base)}
+    assert d["format"] == "lora-adapter" and len(d["sha256"]) == 64
+    assert d["metrics"]["loss"] < d["metrics"]["first_loss"], "the loss falls"
+    logs = p.logs(job_id)
+    assert "step 0 loss" in logs and "step 59 loss" in logs
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    adapter = Path(d["artifactUri"].removeprefix("file://"))
+    card = (adapter.parent / "model_card.json").read_text()
+    assert str(base) in card and "dataSha256" in card
+    tokenizer = AutoTokenizer.from_pretrained(adapter)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
+    prompt = tokenizer("### Instruction : reverse the words ### Input : red cat sky ### Response :", return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > prompt["input_ids"].shape[1], "generation works"
+    record = httpx.get(f"{p.gateway}/v1/jobs/{job_id}", headers={"authorization": f"Bearer {p.token}"}).json()
+    assert record["status"] == "succeeded" and record["placement"]["flavor"] == "local-cpu"

@@ -65,8 +65,6 @@ def up(
     state: Annotated[Optional[str], typer.Option(help="redis://HOST:PORT/DB (default: SQLite).")] = None,
 ) -> None:
     """Run the platform on this machine: gateway, dispatcher and function runtime."""
-    from cascade.cli.platform import Platform
-
     cfg = settings()
     cfg.bus.url = bus or cfg.bus.url
     cfg.state.url = state or cfg.state.url

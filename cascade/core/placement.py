@@ -10,14 +10,13 @@ when nothing fits, one reason per flavor says why.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cascade.core import accelerators, frameworks
+from cascade.core import accelerators
 from cascade.core.accelerators import AcceleratorRequest
 from cascade.core.errors import InvalidInput
 

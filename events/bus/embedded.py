@@ -22,8 +22,7 @@ from pathlib import Path
 
 from cascade.core.errors import BusUnavailable
 from events.bindings.kafka import WireRecord
-from events.bus.base import BusBase, Consumer, Position, Record, Start, TopicPartition
-from events.bus.offsets import AckTracker
+from events.bus.base import BusBase, Consumer, Position, Start
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 from cascade.core.idempotency import Claim, Idempotency, Liveness
 from cascade.core.state import StateStore

@@ -108,10 +108,14 @@ def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
         while not (sub.at("/ok") and len(sub.at("/down")) == 2):
             assert time.monotonic() < deadline, "not delivered"
             time.sleep(0.1)
-        time.sleep(2.5)  # stats are saved every 2 s
-        listing = cli(tmp_path, "triggers", "ls", "--triggers", str(triggers)).stdout
-        row = next(line for line in listing.splitlines() if "hook" in line)
-        assert " 1 " in row, listing
+        deadline = time.monotonic() + 30  # stats are saved every 2 s
+        while True:
+            listing = cli(tmp_path, "triggers", "ls", "--triggers", str(triggers)).stdout
+            row = next(line for line in listing.splitlines() if "hook" in line)
+            if " 1 " in row:
+                break
+            assert time.monotonic() < deadline, listing
+            time.sleep(0.5)
         letters = cli(tmp_path, "dlq", "ls", "broken", "--triggers", str(triggers)).stdout
         assert "io.cascade.job.cancelled.v1" in letters and "500" in letters and "1 dead letter(s)" in letters
         sub.behaviours["/down"] = lambda d, i: (200, {}, b"")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.helpers import tiny_llm
 from tests.integration.test_model_lifecycle import events_for

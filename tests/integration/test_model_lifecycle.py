@@ -7,55 +7,25 @@ from zero instances, scales back to zero, and a second release with a canary get
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from events.bus.kafka import KafkaBus
-from tests.conftest import KAFKA, REDIS, make_bus
-from tests.integration.test_cli import free_port
-from tests.integration.test_training import HELPERS, Platform
+from tests.integration.test_training import HELPERS, Platform, running_platform
 
 MODEL = f"lin{uuid.uuid4().hex[:6]}"  # the Redis registry outlives a test run
 
 
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Platform, str]]:
-    home = tmp_path_factory.mktemp("lifecycle")
-    topic = f"models-{uuid.uuid4().hex[:8]}"
-    port, runtime_port = free_port(), free_port()
-    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic,
-           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0",
-           "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "5",  # above a cold start, so a canary split stays warm
-           "CASCADE_SERVING__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}'}
-    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
-                             "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    gateway = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{gateway}/readyz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    bus = make_bus("kafka", home)
-    assert isinstance(bus, KafkaBus)
-    try:
-        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip()), f"http://127.0.0.1:{runtime_port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        bus.close()
+    with running_platform(tmp_path_factory.mktemp("lifecycle"), f"models-{uuid.uuid4().hex[:8]}",
+                          CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS="5",  # above a cold start: a canary stays warm
+                          CASCADE_SERVING__ANNOTATIONS='{"autoscaling.knative.dev/window": "2s"}') as running:
+        yield running
 
 
 def events_for(p: Platform, wanted: str, key: str, timeout: float = 180) -> list[Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import subprocess
 import sys
 import time
@@ -65,15 +66,14 @@ class Platform:
         return "".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.log"))) if root.exists() else ""
 
 
-@pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    home = tmp_path_factory.mktemp("platform")
-    topic = f"train-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic, "CASCADE_FUNCTIONS__PORT": str(free_port()),
-           "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6"}
+@contextmanager
+def running_platform(home: Path, topic: str, **env: str) -> Iterator[tuple[Platform, str]]:
+    """`cascade up` on the real Kafka and Redis in a subprocess; yields it and its runtime URL."""
+    port, runtime_port = free_port(), free_port()
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic, "CASCADE_BUS__SESSION_TIMEOUT": "6",
+           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0", **env}
     proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
-                             "--state", REDIS], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gateway = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -82,17 +82,23 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
                 break
         except httpx.HTTPError:
             pass
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        assert time.monotonic() < deadline
+        assert proc.poll() is None, f"cascade up exited with {proc.returncode}"
+        assert time.monotonic() < deadline, "cascade up did not become ready"
         time.sleep(0.2)
     bus = make_bus("kafka", home)
     assert isinstance(bus, KafkaBus)
     try:
-        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip())
+        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip()), f"http://127.0.0.1:{runtime_port}"
     finally:
         proc.terminate()
         proc.wait(timeout=60)
         bus.close()
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    with running_platform(tmp_path_factory.mktemp("platform"), f"train-{uuid.uuid4().hex[:8]}") as (p, _):
+        yield p
 
 
 def test_two_worker_pytorch_ddp_job_from_a_submitted_event(platform: Platform) -> None:

@@ -164,12 +164,17 @@ class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
             coordinator = self.member._consumer._coordinator
             await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
             self.member._tracker.mark_committed(offsets)
-        self.member._tracker.forget(tps)
+        # Forget them only once we know they went elsewhere: a partition that comes straight back
+        # may keep its fetch position, and its records still in flight must keep holding the commit.
+        self.member._revoked.update(tps)
 
     async def on_partitions_lost(self, lost: Any) -> None:
         self.member._tracker.forget([(tp.topic, tp.partition) for tp in lost])
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
+        back = {(tp.topic, tp.partition) for tp in assigned}
+        self.member._tracker.forget([tp for tp in self.member._revoked if tp not in back])
+        self.member._revoked.clear()
         self.member._fresh.update(assigned)
 
 
@@ -190,6 +195,7 @@ class KafkaGroupConsumer:
             fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}",
             bootstrap_timeout_ms=int(bus.request_timeout * 1000)))
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
+        self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
         for topic in topics:  # know every topic's partitions before joining, so the assignment covers them all
             bus._guard("metadata", partial(self._consumer.partitions_for_topic, topic))
         self._consumer.subscribe(topics, listener=_Listener(self))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -43,3 +44,14 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -
 
 def mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
+
+
+def timed_post(conn: http.client.HTTPConnection, path: str, headers: dict[str, str], body: bytes,
+               ok: tuple[int, ...] = (200, 202)) -> float:
+    """Milliseconds for one POST on a kept-alive connection; the status must be one of ``ok``."""
+    start = time.perf_counter()
+    conn.request("POST", path, body=body, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    assert response.status in ok, response.status
+    return (time.perf_counter() - start) * 1000

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from bench.common import percentile, table
+from bench.common import percentile, table, timed_post
 from bench.gateway_bench import free_port
 from events.bindings import http as ce_http
 from events.envelope import new_event
@@ -39,15 +39,6 @@ class UnixHTTPConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(self.path)
-
-
-def timed_post(conn: http.client.HTTPConnection, path: str, headers: dict[str, str], body: bytes) -> float:
-    start = time.perf_counter()
-    conn.request("POST", path, body=body, headers=headers)
-    response = conn.getresponse()
-    response.read()
-    assert response.status in (200, 202), response.status
-    return (time.perf_counter() - start) * 1000
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import uvicorn
 
-from bench.common import percentile, table
+from bench.common import percentile, table, timed_post
 from bench.gateway_bench import free_port
 from serving.runtime.activator import Runtime
 
@@ -30,12 +30,7 @@ from tests.helpers import models  # noqa: E402  (tiny models built from code)
 
 
 def post(conn: http.client.HTTPConnection, path: str, body: bytes) -> float:
-    start = time.perf_counter()
-    conn.request("POST", path, body=body, headers={"content-type": "application/json"})
-    response = conn.getresponse()
-    response.read()
-    assert response.status == 200, response.status
-    return (time.perf_counter() - start) * 1000
+    return timed_post(conn, path, {"content-type": "application/json"}, body, ok=(200,))
 
 
 def main() -> None:

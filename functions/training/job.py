@@ -11,9 +11,6 @@ from cascade.core.accelerators import AcceleratorRequest, parse
 from cascade.core.placement import Job
 from events import schemas
 
-# Replica roles per framework, in the operators' names: (role, replicas) for N workers.
-VOLCANO = ("deepspeed", "colossalai", "horovod")
-
 
 @dataclass(frozen=True)
 class TrainingJob:

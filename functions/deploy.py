@@ -28,8 +28,8 @@ def secret_env(spec: FunctionSpec) -> dict[str, str]:
     return env
 
 
-def policy(spec: FunctionSpec, scale_to_zero_grace: float) -> ScalingPolicy:
-    return ScalingPolicy.from_annotations(spec.annotations, container_concurrency=spec.container_concurrency,
+def policy(spec: FunctionSpec, scale_to_zero_grace: float, defaults: dict[str, str] | None = None) -> ScalingPolicy:
+    return ScalingPolicy.from_annotations({**(defaults or {}), **spec.annotations}, container_concurrency=spec.container_concurrency,
                                           scale_to_zero_grace=scale_to_zero_grace)
 
 
@@ -39,6 +39,7 @@ def instance_config(spec: FunctionSpec, state_url: str) -> dict[str, Any]:
 
 
 def register(runtime: Runtime, spec: FunctionSpec, *, state_url: str, scale_to_zero_grace: float = 30.0,
-             queue_timeout: float = 300.0) -> Service:
-    return runtime.add_function(spec.name, policy(spec, scale_to_zero_grace), instance_config(spec, state_url),
+             queue_timeout: float = 300.0, defaults: dict[str, str] | None = None) -> Service:
+    """``defaults``: annotations for what the function leaves unset (the cluster's config-autoscaler)."""
+    return runtime.add_function(spec.name, policy(spec, scale_to_zero_grace, defaults), instance_config(spec, state_url),
                                 queue_timeout=queue_timeout)

@@ -53,8 +53,9 @@ def _version_key(version: str) -> tuple[int, str]:
 
 class EdgeAgent:
     def __init__(self, cluster: str, labels: dict[str, str], bus: EventBus, topic: str, home: Path, runtime: Runtime,
-                 runtime_url: str, *, heartbeat: float = 10.0) -> None:
+                 runtime_url: str, *, heartbeat: float = 10.0, annotations: dict[str, str] | None = None) -> None:
         self.cluster, self.labels, self.bus, self.topic = cluster, labels, bus, topic
+        self.annotations = annotations or {}  # autoscaling annotations of the model servers it deploys
         self.runtime, self.runtime_url, self.heartbeat_every = runtime, runtime_url, heartbeat
         self.store = SqliteStore(home / "edge-state.db")
         self.cache = home / "cache"
@@ -88,7 +89,8 @@ class EdgeAgent:
             local = artifacts.fetch(str(d["artifactUri"]), str(d["sha256"]), self.cache)
             timings["download"] = round(time.monotonic() - started, 3)
             status, answer = self._deploy(model, version, {"artifact": str(local), "format": d["format"],
-                                                           "canaryTrafficPercent": 0 if previous else None})
+                                                           "canaryTrafficPercent": 0 if previous else None,
+                                                           "annotations": self.annotations})
             if status != 200:
                 raise RuntimeError(f"{answer.get('message')}: {str(answer.get('log', ''))[-500:]}")
             timings["load"] = float(answer["loadSeconds"])

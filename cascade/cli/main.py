@@ -63,11 +63,15 @@ def up(
     port: Annotated[Optional[int], typer.Option(help="Gateway port.")] = None,
     bus: Annotated[Optional[str], typer.Option(help="kafka://HOST:PORT (default: embedded SQLite log).")] = None,
     state: Annotated[Optional[str], typer.Option(help="redis://HOST:PORT/DB (default: SQLite).")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="Where training jobs run: local or kubernetes.")] = None,
 ) -> None:
-    """Run the platform on this machine: gateway, dispatcher and function runtime."""
+    """Run the platform on this machine: gateway, dispatcher, functions, inference, watched folder, dashboard."""
     cfg = settings()
     cfg.bus.url = bus or cfg.bus.url
     cfg.state.url = state or cfg.state.url
+    if backend not in (None, "local", "kubernetes"):
+        fail(f"--backend must be local or kubernetes, not {backend!r}")
+    cfg.training.backend = backend or cfg.training.backend
     cfg.gateway.host = host or cfg.gateway.host
     cfg.gateway.port = port or cfg.gateway.port
     platform = _build(cfg)
@@ -79,7 +83,13 @@ def up(
     typer.echo(f"  gateway     http://{cfg.gateway.host}:{cfg.gateway.port}  (OpenAPI: /docs)")
     typer.echo(f"  functions   http://{cfg.functions.host}:{cfg.functions.port}/functions/<name>  "
                f"({len(platform.functions)} function(s))")
+    typer.echo(f"  inference   http://{cfg.functions.host}:{cfg.functions.port}/v1/models/<name>:predict  (and /v2)")
     typer.echo(f"  dispatcher  {len(platform.triggers)} trigger(s); metrics on :{cfg.dispatcher.metrics_port}")
+    if platform.dashboard is not None:
+        typer.echo(f"  dashboard   http://{cfg.gateway.host}:{cfg.dashboard.port}/")
+    if platform.folder is not None:
+        typer.echo(f"  inbox       {cfg.inbox}/<dataset>/<file>  (files become dataset.uploaded)")
+    typer.echo(f"  training    {cfg.training.backend} backend")
     typer.echo(f"  bus         {cfg.bus_url}")
     typer.echo(f"  state       {cfg.state_url}")
     if platform.token:
@@ -89,6 +99,27 @@ def up(
     finally:
         typer.echo("stopping: draining requests and instances")
         platform.stop()
+
+
+@app.command()
+def demo(
+    timeout: Annotated[float, typer.Option(help="Seconds any one step may take.")] = 600,
+    token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token (default: the saved one).")] = None,
+) -> None:
+    """Drive the whole story against a running `cascade up`, printing a timeline of its events."""
+    from cascade.cli import demo as story
+
+    cfg = settings()
+    token = token or wiring.saved_token(cfg)
+    if not token:
+        fail("no token: run `cascade up` first (it saves one), or pass --token")
+    try:
+        timeline = story.run(cfg, wiring.bus(cfg), wiring.store(cfg), str(token), typer.echo, timeout)
+    except (story.DemoFailed, CascadeError) as exc:
+        fail(f"demo failed: {exc}", code=1)
+        raise
+    typer.secho(f"demo complete: {len(timeline.rows)} steps in {timeline.rows[-1][0]:.1f}s", fg=typer.colors.GREEN,
+                bold=True)
 
 
 def _build(cfg: Settings) -> Any:
@@ -104,7 +135,7 @@ def _build(cfg: Settings) -> Any:
 def gateway() -> None:
     """Serve only the event gateway (webhooks, /events, /v1/jobs)."""
     platform = _build(settings())
-    platform.start(runtime=False, dispatcher=False)
+    platform.start(runtime=False, dispatcher=False, dashboard=False)
     try:
         platform.wait()
     finally:
@@ -115,7 +146,7 @@ def gateway() -> None:
 def runtime() -> None:
     """Serve only the function runtime (activator and autoscaler) for the functions found."""
     platform = _build(settings())
-    platform.start(gateway=False, dispatcher=False)
+    platform.start(gateway=False, dispatcher=False, dashboard=False)
     try:
         platform.wait()
     finally:
@@ -691,7 +722,7 @@ def edge_agent(
             fail(f"port {port} is in use")
         time.sleep(0.02)
     agent = EdgeAgent(cluster, labels, the_bus, cfg.bus.topic, home, runtime, f"http://127.0.0.1:{port}",
-                      heartbeat=heartbeat)
+                      heartbeat=heartbeat, annotations=cfg.serving.annotations)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     typer.echo(f"edge agent {cluster} {labels} serving on :{port}", err=True)
     try:

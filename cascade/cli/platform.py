@@ -1,8 +1,9 @@
-"""The platform in one process tree: gateway, dispatcher and function runtime on one machine.
+"""The platform in one process tree: gateway, dispatcher, function runtime, watched folder, dashboard.
 
-``cascade up`` builds it from settings. The gateway and the runtime's activator are uvicorn
-servers in threads of their own; the dispatcher is a set of threads; function instances are
-processes forked from per-function templates. Ctrl-C (or SIGTERM) stops the gateway from
+``cascade up`` builds it from settings. The gateway, the runtime's activator (functions and
+the inference gateway) and the dashboard are uvicorn servers in threads of their own; the
+dispatcher and the folder source are threads; function instances are processes forked from
+per-function templates. Ctrl-C (or SIGTERM) stops the gateway and the folder source from
 accepting, lets requests in flight finish, stops the dispatcher (unacknowledged events are
 redelivered next time) and drains the instances.
 """
@@ -21,9 +22,11 @@ import uvicorn
 from cascade.cli import wiring
 from cascade.core.settings import Settings
 from cascade.core.state import StateStore
+from cascade.cli.dashboard import Dashboard
 from events.bus import EventBus
 from events.dispatcher import Dispatcher
 from events.gateway import create_app
+from events.sources.folder import FolderSource
 from events.triggers import Trigger, load_triggers
 from functions.deploy import register
 from functions.spec import FunctionSpec, discover
@@ -41,6 +44,8 @@ class Platform:
     servers: list[uvicorn.Server] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     dispatcher: Dispatcher | None = None
+    folder: FolderSource | None = None
+    dashboard: Dashboard | None = None
 
     @classmethod
     def build(cls, cfg: Settings) -> Platform:
@@ -59,7 +64,8 @@ class Platform:
         self.servers.append(server)
         self.threads.append(thread)
 
-    def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True) -> None:
+    def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True,
+              dashboard: bool = True) -> None:
         cfg = self.cfg
         os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
         if runtime:
@@ -67,11 +73,22 @@ class Platform:
                          model_grace=cfg.serving.scale_to_zero_grace_seconds)
             for spec in self.functions:
                 register(rt, spec, state_url=cfg.state_url, scale_to_zero_grace=cfg.functions.scale_to_zero_grace_seconds,
-                         queue_timeout=cfg.functions.queue_timeout_seconds)
+                         queue_timeout=cfg.functions.queue_timeout_seconds, defaults=cfg.functions.annotations)
             self._serve(rt, cfg.functions.host, cfg.functions.port, "runtime")
         if gateway:
             self._serve(create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic), cfg.gateway.host,
                         cfg.gateway.port, "gateway")
+            if cfg.sources.folder_enabled:
+                self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,
+                                           settle=cfg.sources.settle_seconds)
+                threading.Thread(target=self.folder.run, name="folder-source", daemon=True).start()
+        if dashboard and cfg.dashboard.port:
+            from functions.training.launcher import backend_for
+
+            self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url,
+                                       keep=cfg.dashboard.events, logs=lambda job: str(backend_for(cfg, self.state).logs(job)))
+            self.dashboard.start()
+            self._serve(self.dashboard.app(), cfg.gateway.host, cfg.dashboard.port, "dashboard")
         deadline = time.monotonic() + 60
         while not all(s.started for s in self.servers):
             if any(not t.is_alive() for t in self.threads) or time.monotonic() > deadline:
@@ -93,10 +110,14 @@ class Platform:
                 break
 
     def stop(self) -> None:
+        if self.folder is not None:
+            self.folder.stop()
         for server in self.servers:  # the gateway first: no new events accepted
             server.should_exit = True
         for thread in self.threads:
             thread.join(60)
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        if self.dashboard is not None:
+            self.dashboard.stop()
         self.bus.close()

@@ -58,6 +58,8 @@ class FunctionSettings(BaseModel):
     """How long a request may wait for an instance (cold start included) before a 503."""
     tick_seconds: float = 0.2
     """How often the autoscaler decides."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Autoscaling annotations for every function that does not set them (Knative's config-autoscaler)."""
 
 
 class DispatcherSettings(BaseModel):
@@ -93,6 +95,22 @@ class ServingSettings(BaseModel):
     """Knative autoscaling annotations for model servers (e.g. a shorter window)."""
 
 
+class SourceSettings(BaseModel):
+    folder: Path | None = None
+    """Watched folder ``cascade up`` announces files from (``<folder>/<dataset>/<file>``); empty: CASCADE_HOME/inbox."""
+    folder_enabled: bool = True
+    """Whether ``cascade up`` watches the folder at all."""
+    settle_seconds: float = 1.0
+    """How long a file's size and mtime must stay unchanged before it is announced."""
+
+
+class DashboardSettings(BaseModel):
+    port: int = 8073
+    """Port of the live dashboard ``cascade up`` serves (0 disables it); it listens on the gateway's host."""
+    events: int = 200
+    """How many recent events the dashboard keeps."""
+
+
 class StateSettings(BaseModel):
     url: str = ""
     """``redis://host:port/db`` or ``sqlite:///path/state.db``; empty means SQLite under CASCADE_HOME."""
@@ -112,6 +130,8 @@ class Settings(BaseSettings):
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     serving: ServingSettings = Field(default_factory=ServingSettings)
+    sources: SourceSettings = Field(default_factory=SourceSettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
 
     @property
     def model_cache(self) -> Path:
@@ -129,7 +149,12 @@ class Settings(BaseSettings):
         """The effective bus, state and home as CASCADE_* variables, for child processes."""
         return {"CASCADE_HOME": str(self.home.resolve()), "CASCADE_BUS__URL": self.bus_url,
                 "CASCADE_STATE__URL": self.state_url, "CASCADE_BUS__TOPIC": self.bus.topic,
-                "CASCADE_FUNCTIONS__PORT": str(self.functions.port), "CASCADE_FUNCTIONS__HOST": self.functions.host}
+                "CASCADE_FUNCTIONS__PORT": str(self.functions.port), "CASCADE_FUNCTIONS__HOST": self.functions.host,
+                "CASCADE_TRAINING__BACKEND": self.training.backend}
+
+    @property
+    def inbox(self) -> Path:
+        return (self.sources.folder or self.home / "inbox").resolve()
 
     @property
     def function_paths(self) -> list[Path]:

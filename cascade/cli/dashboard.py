@@ -1,0 +1,128 @@
+"""The live dashboard: one page that shows the platform as it works.
+
+It reads only what every other tool reads, so it runs beside any deployment: the bus (its own
+consumer group from ``latest``, keeping the newest events and the edge clusters' heartbeats),
+the state store (trigger counters the dispatcher saves, jobs, the model registry) and the
+runtime's admin API (instances per service, live model routes). Trigger lag needs a round
+trip per topic on Kafka, so a background thread refreshes it; the page polls ``/api/snapshot``
+and draws the rest (``dashboard.html``), including each service's instance history.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, PlainTextResponse
+
+from cascade.core.errors import CascadeError
+from cascade.core.state import StateStore
+from events.bus import EventBus
+from events.dispatcher.service import trigger_lag
+from events.triggers import Trigger
+from serving.registry import Registry
+
+PAGE = Path(__file__).with_name("dashboard.html")
+HEARTBEAT = "io.cascade.edge.heartbeat.v1"
+
+
+class Dashboard:
+    def __init__(self, bus: EventBus, state: StateStore, topic: str, triggers: Sequence[Trigger], runtime_url: str,
+                 *, keep: int = 200, logs: Callable[[str], str] | None = None) -> None:
+        self.bus, self.state, self.topic, self.triggers = bus, state, topic, list(triggers)
+        self.runtime_url, self.logs = runtime_url, logs
+        self.events: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.counts: dict[str, int] = {}
+        self.edges: dict[str, dict[str, Any]] = {}
+        self.lag: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._consumer = bus.subscribe([topic], f"{topic}.dashboard.{uuid.uuid4().hex[:12]}", start="latest")
+        self._threads = [threading.Thread(target=self._follow, name="dashboard-events", daemon=True),
+                         threading.Thread(target=self._measure_lag, name="dashboard-lag", daemon=True)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+        self._consumer.close()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            for record in self._consumer.poll(0.3):
+                try:
+                    event = record.event()
+                except CascadeError:
+                    continue
+                data = event.get_data()
+                row = {"id": event["id"], "type": event["type"], "source": event["source"],
+                       "subject": event.get("subject") or "", "time": event.get("time") or "",
+                       "seen": time.time(), "data": data if isinstance(data, dict) else None}
+                with self._lock:
+                    self.events.appendleft(row)
+                    self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1
+                    if event["type"] == HEARTBEAT and isinstance(data, dict):
+                        self.edges[str(data.get("cluster"))] = {**data, "time": row["time"], "seen": row["seen"]}
+
+    def _measure_lag(self) -> None:
+        while not self._stop.is_set():
+            for t in self.triggers:
+                try:
+                    self.lag[t.name] = trigger_lag(self.bus, t, self.topic)
+                except CascadeError:
+                    self.lag.pop(t.name, None)
+            self._stop.wait(2.0)
+
+    def _runtime(self, path: str) -> Any:
+        try:
+            return httpx.get(self.runtime_url + path, timeout=1.0).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def snapshot(self) -> dict[str, Any]:
+        triggers = []
+        for t in self.triggers:
+            stats = self.state.get_record("trigger-stats", t.name) or {}
+            triggers.append({"name": t.name, "subscriber": t.subscriber, "ordering": t.ordering,
+                             "deadLetterTopic": t.dead_letter_topic, "lag": self.lag.get(t.name),
+                             **{k: int(stats.get(k, 0)) for k in ("delivered", "retried", "dead_lettered", "in_flight")}})
+        jobs = sorted(self.state.find_records("job"), key=lambda j: str(j.get("submitted", "")), reverse=True)[:50]
+        models = [{"model": name, "versions": [{k: v.get(k, "") for k in ("version", "stage", "format", "metrics")}
+                                               for v in sorted(versions, key=lambda v: str(v["version"]).zfill(8))]}
+                  for name, versions in sorted(Registry(self.state).models().items())]
+        with self._lock:
+            events, counts, edges = list(self.events), dict(self.counts), dict(self.edges)
+        return {"now": time.time(), "events": events, "eventCounts": counts, "triggers": triggers,
+                "services": self._runtime("/_runtime/services"), "routes": self._runtime("/_runtime/models"),
+                "jobs": [{"id": j.get("id"), "kind": j.get("kind", ""), "project": j.get("project", ""),
+                          "status": j.get("status", ""), "submitted": j.get("submitted", ""),
+                          "framework": (j.get("spec") or {}).get("framework", ""), "metrics": j.get("metrics", {}),
+                          "reason": j.get("reason", "")} for j in jobs],
+                "models": models, "edges": edges}
+
+    def app(self) -> FastAPI:
+        api = FastAPI(title="Cascade dashboard", docs_url=None, redoc_url=None)
+        api.get("/", response_class=HTMLResponse)(lambda: PAGE.read_text())
+        api.get("/api/snapshot")(self.snapshot)
+
+        @api.get("/api/jobs/{job_id}/logs", response_class=PlainTextResponse)
+        def job_logs(job_id: str) -> PlainTextResponse:
+            if self.logs is None:
+                return PlainTextResponse("logs are not available here", status_code=404)
+            try:
+                return PlainTextResponse(self.logs(job_id)[-20000:])
+            except CascadeError as exc:
+                return PlainTextResponse(str(exc), status_code=404)
+
+        return api

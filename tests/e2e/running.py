@@ -1,0 +1,64 @@
+"""`cascade up` in a subprocess, as a user runs it, for the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.integration.test_cli import free_port
+
+CASCADE = [sys.executable, "-m", "cascade.cli"]
+# Scale down within seconds instead of Knative's 60 s window and 30 s grace.
+FAST = {"CASCADE_FUNCTIONS__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}',
+        "CASCADE_FUNCTIONS__SCALE_TO_ZERO_GRACE_SECONDS": "2",
+        "CASCADE_SERVING__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}',
+        "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "2"}
+
+
+@dataclass
+class Running:
+    env: dict[str, str]
+    gateway: str
+    runtime: str
+    dashboard: str
+    log: Path
+
+    def cascade(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CASCADE, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def cascade_up(home: Path, *args: str, **env: str) -> Iterator[Running]:
+    ports = {name: free_port() for name in ("gateway", "runtime", "dashboard")}
+    full = {**os.environ, **FAST, "CASCADE_HOME": str(home), "CASCADE_GATEWAY__PORT": str(ports["gateway"]),
+            "CASCADE_FUNCTIONS__PORT": str(ports["runtime"]), "CASCADE_DASHBOARD__PORT": str(ports["dashboard"]),
+            "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6", "PYTHONUNBUFFERED": "1", **env}
+    log = home / "up.log"
+    home.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen([*CASCADE, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT)
+    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if all(httpx.get(url).status_code == 200 for url in
+                       (f"{running.gateway}/readyz", f"{running.runtime}/_runtime/services", running.dashboard)):
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, f"cascade up exited with {proc.returncode}: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"cascade up did not become ready: {log.read_text()[-3000:]}"
+            time.sleep(0.2)
+        yield running
+    finally:
+        proc.terminate()
+        proc.wait(timeout=90)

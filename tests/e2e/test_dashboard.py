@@ -1,0 +1,106 @@
+"""The dashboard in a real browser (Debian's headless Chromium driven by chromedriver).
+
+The page must load, show an event published during the test, and show a function going from
+zero instances to one and back to zero as the event is delivered and the instance idles.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.common.by import By
+
+from tests.e2e.running import Running, cascade_up
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+FUNC_YAML = """name: sleepy
+module: handler
+triggers:
+- name: sleepy
+  filters:
+  - exact: {type: io.cascade.dataset.uploaded.v1}
+  - data: data.dataset == "dashboard"
+annotations:
+  autoscaling.knative.dev/initial-scale: "0"
+  autoscaling.knative.dev/window: "2s"
+"""
+HANDLER = """import time
+
+
+def handle(event):
+    time.sleep(1.5)
+"""
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("Chromium is missing: apt-get install -y chromium chromium-driver (scripts/test.sh does)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-extensions", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def platform(tmp_path: Path) -> Iterator[Running]:
+    function = tmp_path / "home" / "functions" / "sleepy"
+    function.mkdir(parents=True)
+    (function / "func.yaml").write_text(FUNC_YAML)
+    (function / "handler.py").write_text(HANDLER)
+    with cascade_up(tmp_path / "home") as running:
+        yield running
+
+
+def text(driver: webdriver.Chrome, css: str) -> str:
+    try:
+        return str(driver.find_element(By.CSS_SELECTOR, css).text)
+    except WebDriverException:
+        return ""
+
+
+def test_page_shows_a_live_event_and_a_function_scaling_from_zero_and_back(
+        platform: Running, browser: webdriver.Chrome) -> None:
+    browser.get(platform.dashboard + "/")
+    deadline = time.monotonic() + 30
+    while text(browser, 'tr[data-service="sleepy"] td.instances') != "0":
+        assert time.monotonic() < deadline, browser.page_source[-3000:]
+        time.sleep(0.1)
+    assert browser.title == "Cascade" and "live" in text(browser, "#status")
+    event_id = f"dash-{uuid.uuid4().hex[:8]}"
+    token = (Path(platform.env["CASCADE_HOME"]) / "token").read_text().strip()
+    reply = httpx.post(f"{platform.gateway}/events", headers={
+        "authorization": f"Bearer {token}", "ce-specversion": "1.0", "ce-id": event_id, "ce-source": "/test/dashboard",
+        "ce-type": "io.cascade.dataset.uploaded.v1", "content-type": "application/json"},
+        json={"dataset": "dashboard", "uri": "file:///tmp/dashboard/a.csv", "size": 1, "origin": "api"})
+    assert reply.status_code == 202, reply.text
+    seen = ["0"]  # instance counts as the page showed them, each change once
+    deadline = time.monotonic() + 60
+    while "1" not in seen or seen[-1] != "0":
+        count = text(browser, 'tr[data-service="sleepy"] td.instances')
+        if count and seen[-1] != count:
+            seen.append(count)
+        assert time.monotonic() < deadline, f"instance counts seen: {seen}"
+        time.sleep(0.05)
+    assert seen == ["0", "1", "0"]
+    assert text(browser, f'#events tr[data-id="{event_id}"]'), "the published event is not on the page"
+    assert "io.cascade.dataset.uploaded.v1" in text(browser, f'#events tr[data-id="{event_id}"]')
+    assert text(browser, 'tr[data-service="sleepy"] td.history').endswith("0 → 1 → 0")
+    deadline = time.monotonic() + 10
+    while text(browser, 'tr[data-trigger="sleepy"] td:nth-child(3)') != "1":
+        assert time.monotonic() < deadline, text(browser, 'tr[data-trigger="sleepy"]')
+        time.sleep(0.2)

@@ -11,15 +11,15 @@ which the runtime applies before the handler.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cascade.core.frameworks import REGISTRY, VERSION
 from events.triggers import Trigger
 from functions.spec import FunctionSpec
 
-DEFAULT_IMAGE = "ghcr.io/cascade-ml/function-runtime:0.1.0"
+DEFAULT_IMAGE = f"{REGISTRY}/function-runtime:{VERSION}"  # built by images/runtime/function-runtime.Dockerfile
 KAFKA_BOOTSTRAP = "my-cluster-kafka-bootstrap.kafka:9092"
 
 
@@ -93,15 +93,3 @@ def documents(spec: FunctionSpec, namespace: str = "cascade", image: str | None 
     for t in spec.trigger_models():
         docs += [trigger(t, namespace), dead_letter_sink(t, namespace)]
     return docs
-
-
-def render(specs: list[FunctionSpec], out: Path, namespace: str = "cascade") -> list[Path]:
-    """Write ``out/<function>.yaml`` for each function; returns the files written."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for spec in sorted(specs, key=lambda s: s.name):
-        path = out / f"{spec.name}.yaml"
-        header = f"# Rendered by `cascade render functions` from {spec.name}/func.yaml; do not edit.\n"
-        path.write_text(header + yaml.safe_dump_all(documents(spec, namespace), sort_keys=False))
-        written.append(path)
-    return written

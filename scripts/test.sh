@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need into .venv, starts the real
-# Kafka and Redis (scripts/services.sh), and runs the whole test suite. Extra arguments go
+# Kafka and Redis (scripts/services.sh), installs Debian's Chromium for the dashboard's
+# browser test, and runs the whole test suite. Extra arguments go
 # to pytest (e.g. scripts/test.sh tests/unit -x).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,4 +13,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
 scripts/services.sh start
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "test.sh: installing Debian's chromium and chromium-driver for the dashboard's browser test"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null
+fi
 exec .venv/bin/python -m pytest "$@"

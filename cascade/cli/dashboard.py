@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from cascade.core.errors import CascadeError
 from cascade.core.state import StateStore
-from events.bus import EventBus
+from events.bus import EventBus, Record
 from events.dispatcher.service import trigger_lag
 from events.triggers import Trigger
 from serving.registry import Registry
@@ -48,7 +48,11 @@ class Dashboard:
         self._threads = [threading.Thread(target=self._follow, name="dashboard-events", daemon=True),
                          threading.Thread(target=self._measure_lag, name="dashboard-lag", daemon=True)]
 
-    def start(self) -> None:
+    def start(self, wait: float = 30.0) -> None:
+        """Start following; returns once the bus assigned partitions (or after ``wait`` seconds)."""
+        deadline = time.monotonic() + wait
+        while not self._consumer.assignment() and time.monotonic() < deadline:
+            self._take(self._consumer.poll(0.2))
         for thread in self._threads:
             thread.start()
 
@@ -60,20 +64,26 @@ class Dashboard:
 
     def _follow(self) -> None:
         while not self._stop.is_set():
-            for record in self._consumer.poll(0.3):
-                try:
-                    event = record.event()
-                except CascadeError:
-                    continue
-                data = event.get_data()
-                row = {"id": event["id"], "type": event["type"], "source": event["source"],
-                       "subject": event.get("subject") or "", "time": event.get("time") or "",
-                       "seen": time.time(), "data": data if isinstance(data, dict) else None}
-                with self._lock:
-                    self.events.appendleft(row)
-                    self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1
-                    if event["type"] == HEARTBEAT and isinstance(data, dict):
-                        self.edges[str(data.get("cluster"))] = {**data, "time": row["time"], "seen": row["seen"]}
+            try:
+                self._take(self._consumer.poll(0.3))
+            except CascadeError:  # the bus is away for a moment; the page says so by going stale
+                self._stop.wait(1.0)
+
+    def _take(self, records: list[Record]) -> None:
+        for record in records:
+            try:
+                event = record.event()
+            except CascadeError:
+                continue
+            data = event.get_data()
+            row = {"id": event["id"], "type": event["type"], "source": event["source"],
+                   "subject": event.get("subject") or "", "time": event.get("time") or "",
+                   "seen": time.time(), "data": data if isinstance(data, dict) else None}
+            with self._lock:
+                self.events.appendleft(row)
+                self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1
+                if event["type"] == HEARTBEAT and isinstance(data, dict):
+                    self.edges[str(data.get("cluster"))] = {**data, "time": row["time"], "seen": row["seen"]}
 
     def _measure_lag(self) -> None:
         while not self._stop.is_set():

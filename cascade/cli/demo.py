@@ -76,6 +76,18 @@ class Watcher:
         self.consumer = bus.subscribe([topic], f"{topic}.demo.{uuid.uuid4().hex[:12]}", start="latest")
         self.seen: list[CloudEvent] = []
         self.timeline = timeline
+        deadline = time.monotonic() + 60
+        while not self.consumer.assignment():  # "latest" means from when the group got its partitions
+            if time.monotonic() > deadline:
+                raise DemoFailed("the bus assigned no partitions to the demo's consumer within 60s")
+            self._take(self.consumer.poll(0.2))
+
+    def _take(self, records: list[Any]) -> None:
+        for record in records:
+            try:
+                self.seen.append(record.event())
+            except CascadeError:
+                continue
 
     def wait(self, kind: str, match: Callable[[CloudEvent, dict[str, Any]], bool], timeout: float,
              detail: Callable[[dict[str, Any]], str] = lambda d: "") -> dict[str, Any]:
@@ -91,11 +103,7 @@ class Watcher:
             checked = len(self.seen)
             if time.monotonic() > deadline:
                 raise DemoFailed(f"no {kind} within {timeout:.0f}s (saw: {', '.join(self._types()) or 'nothing'})")
-            for record in self.consumer.poll(0.2):
-                try:
-                    self.seen.append(record.event())
-                except CascadeError:
-                    continue
+            self._take(self.consumer.poll(0.2))
 
     def _types(self) -> list[str]:
         return sorted({str(e["type"]).removeprefix("io.cascade.").removesuffix(".v1") for e in self.seen})

@@ -72,6 +72,9 @@ def up(
     if backend not in (None, "local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
     cfg.training.backend = backend or cfg.training.backend
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg.gateway.host = host or cfg.gateway.host
     cfg.gateway.port = port or cfg.gateway.port
     platform = _build(cfg)
@@ -105,11 +108,15 @@ def up(
 def demo(
     timeout: Annotated[float, typer.Option(help="Seconds any one step may take.")] = 600,
     token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token (default: the saved one).")] = None,
+    bus: Annotated[Optional[str], typer.Option(help="The bus `cascade up` runs on (kafka://HOST:PORT).")] = None,
+    state: Annotated[Optional[str], typer.Option(help="The state store `cascade up` runs on (redis://...).")] = None,
 ) -> None:
-    """Drive the whole story against a running `cascade up`, printing a timeline of its events."""
+    """Drive the whole story against a running `cascade up` (same --bus and --state), printing a timeline."""
     from cascade.cli import demo as story
 
     cfg = settings()
+    cfg.bus.url = bus or cfg.bus.url
+    cfg.state.url = state or cfg.state.url
     token = token or wiring.saved_token(cfg)
     if not token:
         fail("no token: run `cascade up` first (it saves one), or pass --token")
@@ -458,6 +465,33 @@ def functions_new(
                f"http://{cfg.functions.host}:{cfg.functions.port}/functions/{name}")
 
 
+@functions_app.command("serve")
+def functions_serve(
+    name: Annotated[str, typer.Argument(envvar="CASCADE_FUNCTION", help="The function (default: $CASCADE_FUNCTION).")],
+    port: Annotated[int, typer.Option(envvar="PORT", help="Port to listen on (Knative sets $PORT).")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+) -> None:
+    """Serve one function at / (the function-runtime image's command in a Knative Service's pod)."""
+    import uvicorn
+
+    from functions.deploy import register
+    from functions.spec import discover
+    from serving.runtime.activator import Runtime
+
+    cfg = settings()
+    specs = {s.name: s for s in discover(wiring.function_dirs(cfg))}
+    if name not in specs:
+        fail(f"no function {name!r}; found: {', '.join(sorted(specs)) or 'none'}")
+    runtime = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds)
+    # Knative scales the pods; inside one, a single warm instance serves.
+    spec = specs[name]
+    pinned = spec.model_copy(update={"annotations": {**spec.annotations, "autoscaling.knative.dev/min-scale": "1",
+                                                     "autoscaling.knative.dev/max-scale": "1"}})
+    register(runtime, pinned, state_url=cfg.state_url, queue_timeout=cfg.functions.queue_timeout_seconds)
+    runtime.default_service = name
+    uvicorn.run(runtime, host=host, port=port, log_level="warning")
+
+
 @functions_app.command("ls")
 def functions_ls() -> None:
     """Functions found, their triggers and live instances (when the runtime is up)."""
@@ -490,27 +524,34 @@ def functions_ls() -> None:
         typer.echo("(runtime not reachable: instance counts need `cascade up`)")
 
 
-render_app = typer.Typer(help="Render cluster manifests from the local definitions.", no_args_is_help=True)
+render_app = typer.Typer(help="Render the cluster form: knative/ manifests and images/ Dockerfiles.")
 app.add_typer(render_app, name="render")
 
 
-@render_app.command("functions")
-def render_functions(
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("knative/functions"),
-    namespace: Annotated[str, typer.Option(help="Namespace of the resources.")] = "cascade",
+@render_app.callback(invoke_without_command=True)
+def render_all(
+    out: Annotated[Path, typer.Option(help="Folder that holds knative/ and images/.")] = Path("."),
+    check: Annotated[bool, typer.Option(help="Write nothing; exit 1 when the files differ from a fresh render.")] = False,
 ) -> None:
-    """Knative Services and Triggers (Kafka broker) for every function found."""
-    from functions.render import render
+    """Regenerate knative/ (kustomize base and example overlay) and images/ (layered Dockerfiles, build matrix)."""
+    from cascade.cli import images, manifests
     from functions.spec import discover
 
-    cfg = settings()
     try:
-        written = render(discover(wiring.function_dirs(cfg)), out, namespace)
+        specs = discover(wiring.function_dirs(settings()))
     except CascadeError as exc:
         fail(str(exc))
         raise
-    for path in written:
-        typer.echo(f"wrote {path}")
+    stale = []
+    for folder, texts in (("knative", manifests.render(specs, out / "knative")), ("images", images.render(out / "images"))):
+        if check:
+            present = {p for p in (out / folder).rglob("*") if p.is_file() and p.name != "README.md"}
+            stale += [p for p in sorted(present | set(texts)) if texts.get(p) != (p.read_text() if p.exists() else None)]
+        else:
+            for path in manifests.write(texts, out / folder):
+                typer.echo(f"wrote {path}")
+    if stale:
+        fail("out of date (run `cascade render`): " + ", ".join(map(str, stale)), code=1)
 
 
 jobs_app = typer.Typer(help="Training jobs: submit, follow, cancel.", no_args_is_help=True)

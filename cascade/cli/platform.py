@@ -109,15 +109,21 @@ class Platform:
             if any(not t.is_alive() for t in self.threads):
                 break
 
+    def _halt(self, names: tuple[str, ...]) -> None:
+        picked = [(s, t) for s, t in zip(self.servers, self.threads) if t.name in names]
+        for server, _ in picked:
+            server.should_exit = True
+        for _, thread in picked:
+            thread.join(60)
+
     def stop(self) -> None:
+        """Stop taking events first, then deliveries (unacknowledged ones come back), then serving."""
         if self.folder is not None:
             self.folder.stop()
-        for server in self.servers:  # the gateway first: no new events accepted
-            server.should_exit = True
-        for thread in self.threads:
-            thread.join(60)
+        self._halt(("gateway",))
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        self._halt(("runtime", "dashboard"))
         if self.dashboard is not None:
             self.dashboard.stop()
         self.bus.close()

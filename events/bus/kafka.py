@@ -19,7 +19,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError,
+                          TopicAlreadyExistsError)
 from kafka.structs import OffsetAndMetadata
 
 from cascade.core.errors import BusUnavailable
@@ -196,28 +197,39 @@ class KafkaGroupConsumer:
             bootstrap_timeout_ms=int(bus.request_timeout * 1000)))
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
         self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
+        self._start: dict[Any, Any] = {}  # start positions not yet committed (a rebalance got in the way)
         for topic in topics:  # know every topic's partitions before joining, so the assignment covers them all
             bus._guard("metadata", partial(self._consumer.partitions_for_topic, topic))
         self._consumer.subscribe(topics, listener=_Listener(self))
         self._last_commit = time.monotonic()
 
     def _commit_start_positions(self, first: dict[Any, int]) -> None:
-        """Commit where a group with no committed offset starts, so a restart resumes there."""
+        """Commit where a group with no committed offset starts, so a restart resumes there.
+
+        A rebalance that interrupts the commit is not an error: the partitions still assigned
+        are tried again on the next poll.
+        """
         fresh, self._fresh = self._fresh, set()
-        start: dict[Any, Any] = {}
-        for tp in fresh:
-            if self._consumer.committed(tp) is None:
-                position = first.get(tp)
-                start[tp] = OffsetAndMetadata(self._consumer.position(tp) if position is None else position, "", -1)
-        if start:
-            self._consumer.commit(start)
+        try:
+            for tp in fresh:
+                if tp not in self._start and self._consumer.committed(tp) is None:
+                    position = first.get(tp)
+                    self._start[tp] = OffsetAndMetadata(self._consumer.position(tp) if position is None else position,
+                                                        "", -1)
+            assigned = self._consumer.assignment()
+            pending = {tp: offset for tp, offset in self._start.items() if tp in assigned}
+            if pending:
+                self._consumer.commit(pending)
+            self._start.clear()
+        except (RebalanceInProgressError, CommitFailedError, IllegalStateError):
+            self._fresh |= fresh & self._consumer.assignment()
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         if time.monotonic() - self._last_commit >= self.bus.commit_interval:
             self.commit()
         batch = self.bus._guard("poll", lambda: self._consumer.poll(
             timeout_ms=int(timeout * 1000), max_records=max_records))
-        if self._fresh:
+        if self._fresh or self._start:
             self.bus._guard("commit start", lambda: self._commit_start_positions(
                 {tp: msgs[0].offset for tp, msgs in batch.items() if msgs}))
         out: list[Record] = []

@@ -7,6 +7,7 @@ dispatcher does). Any other non-2xx fails at once. A 2xx response that carries C
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from events.triggers import Delivery
 
 RETRYABLE = {404, 408, 409, 429}
 ERROR_DATA_LIMIT = 1024
+
+log = logging.getLogger("cascade.dispatcher")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery
             code, error, retryable = None, str(exc)[:ERROR_DATA_LIMIT], True
         if not retryable or attempt == spec.retry:
             return Outcome(False, attempt + 1, code, error)
+        log.warning("delivery of %s to %s failed (attempt %d of %d: %s %s); retrying in %.1fs", event["id"], url,
+                    attempt + 1, spec.retry + 1, code or "-", error[:200], spec.delay(attempt))
         if stop.wait(spec.delay(attempt)):
             return Outcome(False, attempt + 1, code, error, aborted=True)
     raise AssertionError("unreachable")

@@ -83,7 +83,13 @@ class TriggerWorker:
         self._consumer = consumer
         try:
             while not self.stop_event.is_set():
-                for record in consumer.poll(0.2, max_records=200):
+                try:
+                    records = consumer.poll(0.2, max_records=200)
+                except RetryableError as exc:  # the broker is away for a moment: keep the trigger alive
+                    log.warning("trigger %s: poll failed (%s); retrying", self.trigger.name, exc)
+                    self.stop_event.wait(1.0)
+                    continue
+                for record in records:
                     while not self._slots.acquire(timeout=0.2):
                         if self.stop_event.is_set():
                             return

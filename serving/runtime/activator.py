@@ -40,6 +40,7 @@ class Runtime:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.models = ModelRoutes()
         self.model_grace = model_grace
+        self.default_service: str | None = None  # in a pod of one function, every other path goes to it
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -163,6 +164,9 @@ class Runtime:
         if path == "/_runtime/services":
             await _json(send, 200, self.status())
             return
+        if path == "/healthz":
+            await _json(send, 200, {"status": "ok"})
+            return
         if path.startswith("/_runtime/models"):
             await self.models_api(scope, await _body(receive), send)
             return
@@ -180,6 +184,8 @@ class Runtime:
         else:
             live = len(parts) > 2 and parts[1] in ("functions", "services")
             service, upstream_path = (self.services.get(parts[2]) if live else None), "/" + (parts[3] if len(parts) > 3 else "")
+            if not live and self.default_service:
+                service, upstream_path = self.services.get(self.default_service), path
         if service is None:
             await _json(send, 404, {"error": "NotFound", "message": f"no service at {path}",
                                     "services": sorted(self.services)})

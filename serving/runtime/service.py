@@ -11,7 +11,10 @@ requires.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
+import os
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,6 +28,19 @@ from serving.runtime.policy import ScalingPolicy
 from serving.runtime.upstream import Upstream
 
 State = Literal["starting", "ready", "draining", "gone"]
+
+
+SUN_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
+
+
+def socket_path(run_dir: Path, ident: str) -> str:
+    """``run_dir/ident.sock``, or a short path under the temp folder when that is too long to bind."""
+    path = str(run_dir / f"{ident}.sock")
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path
+    short = Path(tempfile.gettempdir()) / f"cascade-{hashlib.sha256(os.fsencode(run_dir)).hexdigest()[:12]}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    return str(short / f"{ident}.sock")
 
 
 class Overloaded(Exception):
@@ -148,7 +164,7 @@ class Service:
         live = self.live()
         for _ in range(want - len(live)):
             ident = f"{self.name}-{next(self._ids)}"
-            instance = Instance(ident, str(self.run_dir / f"{ident}.sock"))
+            instance = Instance(ident, socket_path(self.run_dir, ident))
             Path(instance.socket).unlink(missing_ok=True)
             self.instances[ident] = instance
             address = await self.launcher.spawn(ident, instance.socket)

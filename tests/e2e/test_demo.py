@@ -26,7 +26,7 @@ ROW = re.compile(r"^\s+(\d+\.\d+)s\s+\(\+\s*(\d+\.\d+)s\)\s+(.+?)(?:\s{2,}|$)")
 def test_demo_completes_the_whole_story(tmp_path: Path, services: str) -> None:
     args = [] if services == "embedded" else ["--bus", f"kafka://{KAFKA}", "--state", REDIS]
     with cascade_up(tmp_path / "home", *args, CASCADE_BUS__TOPIC=f"demo-{uuid.uuid4().hex[:8]}") as running:
-        result = running.cascade("demo", "--timeout", "240")
+        result = running.cascade("demo", "--timeout", "240", *args)
         assert result.returncode == 0, result.stdout + result.stderr + running.log.read_text()[-3000:]
     rows = [m.groups() for m in map(ROW.match, result.stdout.splitlines()) if m]
     assert [r[2] for r in rows] == STORY, result.stdout

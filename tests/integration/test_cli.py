@@ -35,7 +35,7 @@ def cli(home: Path, *args: str, check: bool = True, timeout: float = 60) -> subp
 def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     port = free_port()
     env = {**os.environ, "CASCADE_HOME": str(tmp_path), "CASCADE_FUNCTIONS__PORT": str(free_port()),
-           "CASCADE_DISPATCHER__METRICS_PORT": "0"}
+           "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_DASHBOARD__PORT": "0"}
     proc = subprocess.Popen([*CASCADE, "up", "--port", str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -89,7 +89,8 @@ def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
                         "  delivery: {retry: 1, backoffDelay: PT0.01S}\n")
     port, metrics = free_port(), free_port()
     env = {**os.environ, "CASCADE_HOME": str(tmp_path), "CASCADE_DISPATCHER__TRIGGERS": json.dumps([str(triggers)]),
-           "CASCADE_DISPATCHER__METRICS_PORT": str(metrics), "CASCADE_FUNCTIONS__PORT": str(free_port())}
+           "CASCADE_DISPATCHER__METRICS_PORT": str(metrics), "CASCADE_FUNCTIONS__PORT": str(free_port()),
+           "CASCADE_DASHBOARD__PORT": "0"}
     proc = subprocess.Popen([*CASCADE, "up", "--port", str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:

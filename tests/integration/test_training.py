@@ -71,7 +71,8 @@ def running_platform(home: Path, topic: str, **env: str) -> Iterator[tuple[Platf
     """`cascade up` on the real Kafka and Redis in a subprocess; yields it and its runtime URL."""
     port, runtime_port = free_port(), free_port()
     env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic, "CASCADE_BUS__SESSION_TIMEOUT": "6",
-           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0", **env}
+           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0",
+           "CASCADE_DASHBOARD__PORT": "0", **env}
     proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
                              "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gateway = f"http://127.0.0.1:{port}"

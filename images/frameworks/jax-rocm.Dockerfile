@@ -1,0 +1,6 @@
+# jax on amd (rocm).
+FROM ghcr.io/cascade-ml/base-rocm:0.1
+RUN python3 -m pip install jax==0.4.31
+COPY . /opt/cascade
+RUN python3 -m pip install --no-deps /opt/cascade
+USER 1000

@@ -1,0 +1,6 @@
+# mpi on cpu (cpu).
+FROM ghcr.io/cascade-ml/base-cpu:0.1
+RUN python3 -m pip install mpi4py==4.0.0 torch==2.4.1
+COPY . /opt/cascade
+RUN python3 -m pip install --no-deps /opt/cascade
+USER 1000

@@ -1,0 +1,6 @@
+# paddle on huawei (cann).
+FROM ghcr.io/cascade-ml/base-cann:0.1
+RUN python3 -m pip install paddlepaddle==2.6.2
+COPY . /opt/cascade
+RUN python3 -m pip install --no-deps /opt/cascade
+USER 1000

@@ -1,0 +1,6 @@
+# pytorch on cambricon (mlu).
+FROM ghcr.io/cascade-ml/base-mlu:0.1
+RUN python3 -m pip install torch==2.1.0 torch-mlu
+COPY . /opt/cascade
+RUN python3 -m pip install --no-deps /opt/cascade
+USER 1000

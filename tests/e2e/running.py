@@ -30,6 +30,7 @@ class Running:
     runtime: str
     dashboard: str
     log: Path
+    proc: subprocess.Popen[bytes]
 
     def cascade(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*CASCADE, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -45,7 +46,7 @@ def cascade_up(home: Path, *args: str, **env: str) -> Iterator[Running]:
     home.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         proc = subprocess.Popen([*CASCADE, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT)
-    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log)
+    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc)
     try:
         deadline = time.monotonic() + 90
         while True:

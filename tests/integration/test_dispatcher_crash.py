@@ -29,9 +29,6 @@ KILLS = 4
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.xfail(reason="1 run in 4 lost 4 of 10,000 events before the fix that keeps the ack tracker of "
-                          "partitions revoked and handed straight back (events/bus/kafka.py); kept non-strict until "
-                          "repeated runs confirm it (issue 4)", strict=False)
 def test_sigkilled_dispatcher_loses_nothing_and_side_effects_happen_once(tmp_path: Path, topic: str) -> None:
     seed = int(os.environ.get("CASCADE_CRASH_SEED", time.time()))
     rng = random.Random(seed)

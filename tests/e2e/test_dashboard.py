@@ -18,7 +18,7 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
-from tests.e2e.running import Running, cascade_up
+from tests.helpers.platform import Running, cascade_up
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FUNC_YAML = """name: sleepy

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import KAFKA, REDIS
-from tests.e2e.running import cascade_up
+from tests.helpers.platform import cascade_up
 
 STORY = ["edge.heartbeat", "file written", "dataset.uploaded", "label studio webhook sent", "labels.completed",
          "job.submitted", "job.started", "job.succeeded", "model.registered", "model.released", "model.deployed",

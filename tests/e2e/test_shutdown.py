@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.running import cascade_up
+from tests.helpers.platform import cascade_up
 from tests.helpers.subscriber import Subscriber
 
 EVENTS = 300

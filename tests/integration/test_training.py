@@ -25,7 +25,7 @@ import torch
 
 from events.bus.kafka import KafkaBus
 from tests.conftest import KAFKA, REDIS, make_bus
-from tests.integration.test_cli import free_port
+from tests.helpers.platform import cascade_up
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers" / "training"
 
@@ -69,31 +69,14 @@ class Platform:
 @contextmanager
 def running_platform(home: Path, topic: str, **env: str) -> Iterator[tuple[Platform, str]]:
     """`cascade up` on the real Kafka and Redis in a subprocess; yields it and its runtime URL."""
-    port, runtime_port = free_port(), free_port()
-    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__TOPIC": topic, "CASCADE_BUS__SESSION_TIMEOUT": "6",
-           "CASCADE_FUNCTIONS__PORT": str(runtime_port), "CASCADE_DISPATCHER__METRICS_PORT": "0",
-           "CASCADE_DASHBOARD__PORT": "0", **env}
-    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "up", "--port", str(port), "--bus", f"kafka://{KAFKA}",
-                             "--state", REDIS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gateway = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+    with cascade_up(home, "--bus", f"kafka://{KAFKA}", "--state", REDIS, fast=False, CASCADE_BUS__TOPIC=topic,
+                    **env) as running:
+        bus = make_bus("kafka", home)
+        assert isinstance(bus, KafkaBus)
         try:
-            if httpx.get(f"{gateway}/readyz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, f"cascade up exited with {proc.returncode}"
-        assert time.monotonic() < deadline, "cascade up did not become ready"
-        time.sleep(0.2)
-    bus = make_bus("kafka", home)
-    assert isinstance(bus, KafkaBus)
-    try:
-        yield Platform(home, gateway, topic, bus, (home / "token").read_text().strip()), f"http://127.0.0.1:{runtime_port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        bus.close()
+            yield Platform(home, running.gateway, topic, bus, (home / "token").read_text().strip()), running.runtime
+        finally:
+            bus.close()
 
 
 @pytest.fixture(scope="module")

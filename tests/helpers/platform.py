@@ -1,4 +1,4 @@
-"""`cascade up` in a subprocess, as a user runs it, for the end-to-end tests."""
+"""`cascade up` in a subprocess, as a user runs it, for the integration and end-to-end tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.integration.test_cli import free_port
+from cascade.cli.timeline import free_port
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 # Scale down within seconds instead of Knative's 60 s window and 30 s grace.
@@ -37,9 +37,13 @@ class Running:
 
 
 @contextmanager
-def cascade_up(home: Path, *args: str, **env: str) -> Iterator[Running]:
+def cascade_up(home: Path, *args: str, fast: bool = True, **env: str) -> Iterator[Running]:
+    """Start it with ``args``, wait until gateway, runtime and dashboard answer; stop it after.
+
+    ``fast``: functions and model servers scale down within seconds (``FAST``).
+    """
     ports = {name: free_port() for name in ("gateway", "runtime", "dashboard")}
-    full = {**os.environ, **FAST, "CASCADE_HOME": str(home), "CASCADE_GATEWAY__PORT": str(ports["gateway"]),
+    full = {**os.environ, **(FAST if fast else {}), "CASCADE_HOME": str(home), "CASCADE_GATEWAY__PORT": str(ports["gateway"]),
             "CASCADE_FUNCTIONS__PORT": str(ports["runtime"]), "CASCADE_DASHBOARD__PORT": str(ports["dashboard"]),
             "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6", "PYTHONUNBUFFERED": "1", **env}
     log = home / "up.log"

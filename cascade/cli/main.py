@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -72,8 +73,6 @@ def up(
     if backend not in (None, "local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
     cfg.training.backend = backend or cfg.training.backend
-    import logging
-
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg.gateway.host = host or cfg.gateway.host
     cfg.gateway.port = port or cfg.gateway.port
@@ -524,12 +523,8 @@ def functions_ls() -> None:
         typer.echo("(runtime not reachable: instance counts need `cascade up`)")
 
 
-render_app = typer.Typer(help="Render the cluster form: knative/ manifests and images/ Dockerfiles.")
-app.add_typer(render_app, name="render")
-
-
-@render_app.callback(invoke_without_command=True)
-def render_all(
+@app.command()
+def render(
     out: Annotated[Path, typer.Option(help="Folder that holds knative/ and images/.")] = Path("."),
     check: Annotated[bool, typer.Option(help="Write nothing; exit 1 when the files differ from a fresh render.")] = False,
 ) -> None:
@@ -542,16 +537,15 @@ def render_all(
     except CascadeError as exc:
         fail(str(exc))
         raise
-    stale = []
-    for folder, texts in (("knative", manifests.render(specs, out / "knative")), ("images", images.render(out / "images"))):
-        if check:
-            present = {p for p in (out / folder).rglob("*") if p.is_file() and p.name != "README.md"}
-            stale += [p for p in sorted(present | set(texts)) if texts.get(p) != (p.read_text() if p.exists() else None)]
-        else:
-            for path in manifests.write(texts, out / folder):
-                typer.echo(f"wrote {path}")
-    if stale:
-        fail("out of date (run `cascade render`): " + ", ".join(map(str, stale)), code=1)
+    texts = {**manifests.render(specs, out / "knative"), **images.render(out / "images")}
+    folders = [out / "knative", out / "images"]
+    if check:
+        stale = manifests.stale(texts, folders)
+        if stale:
+            fail("out of date (run `cascade render`): " + ", ".join(map(str, stale)), code=1)
+        return
+    for path in manifests.write(texts, folders):
+        typer.echo(f"wrote {path}")
 
 
 jobs_app = typer.Typer(help="Training jobs: submit, follow, cancel.", no_args_is_help=True)

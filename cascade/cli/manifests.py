@@ -156,15 +156,22 @@ def render(functions: list[FunctionSpec], out: Path) -> dict[Path, str]:
     return texts
 
 
-def write(texts: dict[Path, str], out: Path) -> list[Path]:
-    """Write the files; remove rendered files that are no longer rendered. Returns what changed."""
-    changed = []
-    for path in sorted(p for p in out.rglob("*") if p.is_file() and p not in texts and p.name != "README.md"):
-        path.unlink()
-        changed.append(path)
-    for path, text in texts.items():
-        if not path.exists() or path.read_text() != text:
+def _present(folders: list[Path]) -> set[Path]:
+    return {p for folder in folders for p in folder.rglob("*") if p.is_file() and p.name != "README.md"}
+
+
+def stale(texts: dict[Path, str], folders: list[Path]) -> list[Path]:
+    """Files under ``folders`` that differ from ``texts``, are missing, or are no longer rendered."""
+    return sorted(p for p in _present(folders) | set(texts) if texts.get(p) != (p.read_text() if p.exists() else None))
+
+
+def write(texts: dict[Path, str], folders: list[Path]) -> list[Path]:
+    """Write the files and remove the ones no longer rendered; returns what changed."""
+    changed = stale(texts, folders)
+    for path in changed:
+        if path in texts:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            changed.append(path)
+            path.write_text(texts[path])
+        else:
+            path.unlink()
     return changed

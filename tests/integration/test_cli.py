@@ -132,3 +132,16 @@ def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=30)
         sub.close()
+
+
+def test_render_writes_the_cluster_form_and_check_catches_drift(tmp_path: Path) -> None:
+    out = tmp_path / "repo"
+    written = cli(tmp_path, "render", "--out", str(out)).stdout
+    assert "knative/base/kustomization.yaml" in written and "images/matrix.yaml" in written
+    assert cli(tmp_path, "render", "--out", str(out), "--check").returncode == 0
+    (out / "knative" / "base" / "broker.yaml").write_text("# edited by hand\n")
+    (out / "images" / "leftover.Dockerfile").write_text("FROM scratch\n")
+    drift = cli(tmp_path, "render", "--out", str(out), "--check", check=False)
+    assert drift.returncode == 1 and "broker.yaml" in drift.stderr and "leftover.Dockerfile" in drift.stderr
+    cli(tmp_path, "render", "--out", str(out))
+    assert not (out / "images" / "leftover.Dockerfile").exists()

@@ -54,11 +54,8 @@ def documents() -> list[tuple[Path, dict[str, Any]]]:
 
 
 def test_committed_files_are_what_cascade_render_makes() -> None:
-    texts = rendered()
-    committed = {p for folder in ("knative", "images") for p in (ROOT / folder).rglob("*") if p.is_file()}
-    stale = sorted(str(p.relative_to(ROOT)) for p in committed | set(texts)
-                   if texts.get(p) != (p.read_text() if p.exists() else None))
-    assert not stale, f"run `cascade render`: {stale}"
+    stale = manifests.stale(rendered(), [ROOT / "knative", ROOT / "images"])
+    assert not stale, f"run `cascade render`: {[str(p.relative_to(ROOT)) for p in stale]}"
 
 
 def test_every_document_has_the_fields_of_its_kind() -> None:

@@ -29,7 +29,8 @@ def secret_env(spec: FunctionSpec) -> dict[str, str]:
 
 
 def policy(spec: FunctionSpec, scale_to_zero_grace: float, defaults: dict[str, str] | None = None) -> ScalingPolicy:
-    return ScalingPolicy.from_annotations({**(defaults or {}), **spec.annotations}, container_concurrency=spec.container_concurrency,
+    return ScalingPolicy.from_annotations({**(defaults or {}), **spec.annotations},
+                                          container_concurrency=spec.container_concurrency,
                                           scale_to_zero_grace=scale_to_zero_grace)
 
 

@@ -78,7 +78,7 @@ class Dashboard:
             data = event.get_data()
             row = {"id": event["id"], "type": event["type"], "source": event["source"],
                    "subject": event.get("subject") or "", "time": event.get("time") or "",
-                   "seen": time.time(), "data": data if isinstance(data, dict) else None}
+                   "seen": time.time()}
             with self._lock:
                 self.events.appendleft(row)
                 self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1

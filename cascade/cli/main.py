@@ -481,13 +481,12 @@ def functions_serve(
     specs = {s.name: s for s in discover(wiring.function_dirs(cfg))}
     if name not in specs:
         fail(f"no function {name!r}; found: {', '.join(sorted(specs)) or 'none'}")
-    runtime = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds)
+    runtime = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds, default_service=name)
     # Knative scales the pods; inside one, a single warm instance serves.
     spec = specs[name]
     pinned = spec.model_copy(update={"annotations": {**spec.annotations, "autoscaling.knative.dev/min-scale": "1",
                                                      "autoscaling.knative.dev/max-scale": "1"}})
     register(runtime, pinned, state_url=cfg.state_url, queue_timeout=cfg.functions.queue_timeout_seconds)
-    runtime.default_service = name
     uvicorn.run(runtime, host=host, port=port, log_level="warning")
 
 

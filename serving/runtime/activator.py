@@ -33,14 +33,15 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 class Runtime:
     """Every scale-to-zero service of this machine, behind one activator."""
 
-    def __init__(self, run_dir: Path, *, tick: float = 0.2, model_grace: float = 30.0) -> None:
+    def __init__(self, run_dir: Path, *, tick: float = 0.2, model_grace: float = 30.0,
+                 default_service: str | None = None) -> None:
         self.run_dir, self.tick_seconds = run_dir, tick
         self.services: dict[str, Service] = {}
         self._ticker: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.models = ModelRoutes()
         self.model_grace = model_grace
-        self.default_service: str | None = None  # in a pod of one function, every other path goes to it
+        self.default_service = default_service  # in a pod of one function, every other path goes to it
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:

@@ -145,3 +145,33 @@ def test_render_writes_the_cluster_form_and_check_catches_drift(tmp_path: Path) 
     assert drift.returncode == 1 and "broker.yaml" in drift.stderr and "leftover.Dockerfile" in drift.stderr
     cli(tmp_path, "render", "--out", str(out))
     assert not (out / "images" / "leftover.Dockerfile").exists()
+
+
+def test_functions_serve_answers_one_function_at_the_root_as_in_a_knative_pod(tmp_path: Path) -> None:
+    fn = tmp_path / "functions" / "stamp"
+    fn.mkdir(parents=True)
+    (fn / "func.yaml").write_text("name: stamp\nmodule: handler\n")
+    (fn / "handler.py").write_text(f"def handle(event):\n    open({str(tmp_path / 'seen')!r}, 'a').write(event['id'])\n")
+    port = free_port()
+    env = {**os.environ, "CASCADE_HOME": str(tmp_path), "CASCADE_FUNCTION": "stamp", "PORT": str(port)}
+    proc = subprocess.Popen([*CASCADE, "functions", "serve", "--host", "127.0.0.1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.1)
+        reply = httpx.post(f"http://127.0.0.1:{port}/", json={"jobId": "job-1"}, timeout=30, headers={
+            "ce-specversion": "1.0", "ce-id": "serve-1", "ce-source": "/test", "ce-type": "io.cascade.job.cancelled.v1"})
+        assert reply.status_code < 300, reply.text
+        assert (tmp_path / "seen").read_text() == "serve-1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    missing = cli(tmp_path, "functions", "serve", "nope", check=False)
+    assert missing.returncode == 2 and "stamp" in missing.stderr

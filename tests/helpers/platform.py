@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -36,6 +37,20 @@ class Running:
         return subprocess.run([*CASCADE, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
 
+def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why: Callable[[], str]) -> None:
+    """Until every URL answers 200; fails at once if ``proc`` exits (``why()`` says what it printed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if all(httpx.get(url).status_code == 200 for url in urls):
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, f"exited with {proc.returncode}: {why()}"
+        assert time.monotonic() < deadline, f"not ready within {timeout:g}s: {why()}"
+        time.sleep(0.1)
+
+
 @contextmanager
 def cascade_up(home: Path, *args: str, fast: bool = True, **env: str) -> Iterator[Running]:
     """Start it with ``args``, wait until gateway, runtime and dashboard answer; stop it after.
@@ -52,17 +67,8 @@ def cascade_up(home: Path, *args: str, fast: bool = True, **env: str) -> Iterato
         proc = subprocess.Popen([*CASCADE, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT)
     running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if all(httpx.get(url).status_code == 200 for url in
-                       (f"{running.gateway}/readyz", f"{running.runtime}/_runtime/services", running.dashboard)):
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, f"cascade up exited with {proc.returncode}: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"cascade up did not become ready: {log.read_text()[-3000:]}"
-            time.sleep(0.2)
+        wait_ready(proc, [f"{running.gateway}/readyz", f"{running.runtime}/_runtime/services", running.dashboard], 90,
+                   lambda: log.read_text()[-3000:])
         yield running
     finally:
         proc.terminate()

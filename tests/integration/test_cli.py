@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers.platform import wait_ready
+
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 
 
@@ -39,16 +41,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     proc = subprocess.Popen([*CASCADE, "up", "--port", str(port)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "the platform did not become ready"
-            time.sleep(0.1)
+        wait_ready(proc, [f"http://127.0.0.1:{port}/readyz"], 30, lambda: proc.stdout.read() if proc.stdout else "")
         yield tmp_path, port
     finally:
         proc.terminate()
@@ -95,14 +88,7 @@ def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
                             stderr=subprocess.STDOUT, text=True)
     try:
         gateway = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{gateway}/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        wait_ready(proc, [f"{gateway}/readyz"], 30, lambda: proc.stdout.read() if proc.stdout else "")
         data = '{"jobId": "job-1"}'
         cli(tmp_path, "emit", "job.cancelled", "--data", data, "--gateway", gateway)
         deadline = time.monotonic() + 30
@@ -157,15 +143,7 @@ def test_functions_serve_answers_one_function_at_the_root_as_in_a_knative_pod(tm
     proc = subprocess.Popen([*CASCADE, "functions", "serve", "--host", "127.0.0.1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.1)
+        wait_ready(proc, [f"http://127.0.0.1:{port}/healthz"], 30, lambda: proc.stdout.read() if proc.stdout else "")
         reply = httpx.post(f"http://127.0.0.1:{port}/", json={"jobId": "job-1"}, timeout=30, headers={
             "ce-specversion": "1.0", "ce-id": "serve-1", "ce-source": "/test", "ce-type": "io.cascade.job.cancelled.v1"})
         assert reply.status_code < 300, reply.text

@@ -19,8 +19,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import (CommitFailedError, IllegalStateError, KafkaError, RebalanceInProgressError,
-                          TopicAlreadyExistsError)
+from kafka.errors import (CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError,
+                          RebalanceInProgressError, TopicAlreadyExistsError)
 from kafka.structs import OffsetAndMetadata
 
 from cascade.core.errors import BusUnavailable
@@ -55,6 +55,11 @@ class KafkaBus(BusBase):
         self._producer: Any = None
         self._admin: Any = None
         self._topics: set[str] = set()
+
+    @property
+    def timeout_ms(self) -> int:
+        """Bound of every blocking consumer call (offsets, commits): none may hang a trigger."""
+        return int(self.request_timeout * 1000)
 
     def _guard(self, what: str, call: Callable[[], T]) -> T:
         try:
@@ -121,7 +126,7 @@ class KafkaBus(BusBase):
         consumer = self._inspector(None)
         try:
             parts = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-            ends = self._guard("end offsets", lambda: consumer.end_offsets(parts))
+            ends = self._guard("end offsets", lambda: consumer.end_offsets(parts, timeout_ms=self.timeout_ms))
             return {tp.partition: int(off) for tp, off in ends.items()}
         finally:
             consumer.close()
@@ -131,7 +136,7 @@ class KafkaBus(BusBase):
         try:
             result: dict[int, int] = {}
             for p in sorted(consumer.partitions_for_topic(topic) or ()):
-                off = self._guard("committed", lambda: consumer.committed(KTP(topic, p)))
+                off = self._guard("committed", lambda: consumer.committed(KTP(topic, p), timeout_ms=self.timeout_ms))
                 if off is not None:
                     result[p] = int(off)
             return result
@@ -212,16 +217,17 @@ class KafkaGroupConsumer:
         fresh, self._fresh = self._fresh, set()
         try:
             for tp in fresh:
-                if tp not in self._start and self._consumer.committed(tp) is None:
+                if tp not in self._start and self._consumer.committed(tp, timeout_ms=self.bus.timeout_ms) is None:
                     position = first.get(tp)
-                    self._start[tp] = OffsetAndMetadata(self._consumer.position(tp) if position is None else position,
-                                                        "", -1)
+                    if position is None:
+                        position = self._consumer.position(tp, timeout_ms=self.bus.timeout_ms)
+                    self._start[tp] = OffsetAndMetadata(position, "", -1)
             assigned = self._consumer.assignment()
             pending = {tp: offset for tp, offset in self._start.items() if tp in assigned}
             if pending:
-                self._consumer.commit(pending)
+                self._consumer.commit(pending, timeout_ms=self.bus.timeout_ms)
             self._start.clear()
-        except (RebalanceInProgressError, CommitFailedError, IllegalStateError):
+        except (RebalanceInProgressError, CommitFailedError, IllegalStateError, KafkaTimeoutError):
             self._fresh |= fresh & self._consumer.assignment()
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
@@ -246,7 +252,7 @@ class KafkaGroupConsumer:
     def _commit(self, tps: list[TopicPartition] | None = None) -> None:
         positions = self._tracker.committable(tps)
         if positions:
-            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions)))
+            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions), timeout_ms=self.bus.timeout_ms))
             self._tracker.mark_committed(positions)
         self._last_commit = time.monotonic()
 

@@ -1,0 +1,129 @@
+"""Commands for training and fine-tuning jobs: submit and follow, list, logs, cancel, policies."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+
+from cascade.cli import wiring
+from cascade.cli.common import app, console, fail, load_data, settings
+from cascade.core.errors import CascadeError
+from cascade.core.settings import Settings
+
+
+
+jobs_app = typer.Typer(help="Training jobs: submit, follow, cancel.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+def _gateway_call(method: str, path: str, token: str | None, **kwargs: Any) -> Any:
+    import httpx
+
+    cfg = settings()
+    token = token or wiring.saved_token(cfg)
+    if not token:
+        fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
+    url = f"http://{cfg.gateway.host}:{cfg.gateway.port}{path}"
+    try:
+        reply = httpx.request(method, url, headers={"authorization": f"Bearer {token}"}, timeout=30, **kwargs)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
+        raise
+    if reply.status_code >= 400:
+        fail(f"{reply.status_code}: {reply.text}")
+    return reply.json()
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    spec: Annotated[str, typer.Option(help="The job spec: JSON, or @file.json (see schemas/trainingjob.v1.json).")],
+    kind: Annotated[str, typer.Option(help="training or finetune.")] = "training",
+    wait: Annotated[bool, typer.Option(help="Follow the job until it ends.")] = False,
+    token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token.")] = None,
+) -> None:
+    """Submit a job through the gateway (it becomes a job.submitted event)."""
+    reply = _gateway_call("POST", "/v1/jobs", token, json={"kind": kind, "spec": load_data(spec)})
+    typer.echo(f"submitted {reply['jobId']}")
+    if wait:
+        _follow(reply["jobId"], token)
+
+
+def _follow(job_id: str, token: str | None) -> None:
+    import time
+
+    from rich.live import Live
+
+    last = None
+    with Live(console=console(), refresh_per_second=4) as live:
+        while True:
+            job = _gateway_call("GET", f"/v1/jobs/{job_id}", token)
+            status = job.get("status")
+            if status != last:
+                live.console.print(f"{job_id}: {status}" + (f" ({job['reason']})" if job.get("reason") else ""))
+                last = status
+            if status in ("succeeded", "failed", "cancelled"):
+                if job.get("metrics"):
+                    live.console.print(f"metrics: {json.dumps(job['metrics'])}")
+                if status != "succeeded":
+                    raise typer.Exit(1)
+                return
+            time.sleep(0.5)
+
+
+@jobs_app.command("ls")
+def jobs_ls(
+    status: Annotated[Optional[str], typer.Option(help="Only jobs in this status.")] = None,
+    token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token.")] = None,
+) -> None:
+    """Jobs of the token's project."""
+    from rich.table import Table
+
+    table = Table("job", "kind", "framework", "status", "submitted", "metrics")
+    for job in _gateway_call("GET", "/v1/jobs" + (f"?status={status}" if status else ""), token):
+        table.add_row(job["id"], job.get("kind", ""), str((job.get("spec") or {}).get("framework", "")), job["status"],
+                      job.get("submitted", "")[:19], json.dumps(job.get("metrics", {}))[:60])
+    console().print(table)
+
+
+def _backend(cfg: Settings) -> Any:
+    from functions.training.launcher import backend_for
+
+    return backend_for(cfg, wiring.store(cfg))
+
+
+@jobs_app.command("logs")
+def jobs_logs(job_id: str) -> None:
+    """The job's worker logs."""
+    try:
+        typer.echo(_backend(settings()).logs(job_id))
+    except CascadeError as exc:
+        fail(str(exc))
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: str) -> None:
+    """Stop a running job; it ends as job.cancelled."""
+    try:
+        _backend(settings()).cancel(job_id)
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"cancelling {job_id}")
+
+
+@jobs_app.command("policy")
+def jobs_policy(
+    dataset: str,
+    spec: Annotated[str, typer.Option(help="Training spec to run when DATASET's labels are completed (JSON or @file).")],
+    project: Annotated[str, typer.Option(help="Project of the jobs.")] = "default",
+) -> None:
+    """Attach a training policy to a dataset: labels.completed for it submits a job."""
+    from functions.training.launcher import set_policy
+
+    cfg = settings()
+    try:
+        set_policy(wiring.store(cfg), dataset, load_data(spec), project)
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"labels.completed for {dataset} now trains that spec")

@@ -1,0 +1,146 @@
+"""Commands for the model registry and the edge: list, show, release; run an edge agent, list the fleet."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from cascade.cli import wiring
+from cascade.cli.common import app, console, fail, settings
+from cascade.core.errors import CascadeError
+
+
+
+models_app = typer.Typer(help="The model registry: versions, releases.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("ls")
+def models_ls() -> None:
+    """Models and their versions with stage and metrics."""
+    from rich.table import Table
+
+    from serving.registry import Registry
+
+    table = Table("model", "version", "stage", "format", "metrics", "job")
+    for model, versions in sorted(Registry(wiring.store(settings())).models().items()):
+        for v in sorted(versions, key=lambda r: str(r["version"]).zfill(8)):
+            table.add_row(model, str(v["version"]), v.get("stage", ""), v.get("format", ""),
+                          json.dumps(v.get("metrics", {}))[:50], str(v.get("lineage", {}).get("job", "")))
+    console().print(table)
+
+
+@models_app.command("show")
+def models_show(model: str, version: str) -> None:
+    """One version: artifact, checksum, lineage, metrics."""
+    from serving.registry import Registry
+
+    try:
+        typer.echo(json.dumps(Registry(wiring.store(settings())).get(model, version), indent=2))
+    except CascadeError as exc:
+        fail(str(exc))
+
+
+@models_app.command("release")
+def models_release(
+    model: str,
+    version: str,
+    canary: Annotated[Optional[int], typer.Option(help="Traffic percent for this version while the previous one is live.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", help="Edge clusters to target, k=v (repeatable).")] = None,
+) -> None:
+    """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
+    from serving.registry import Registry
+
+    cfg = settings()
+    targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    try:
+        event = Registry(wiring.store(cfg)).release(model, version, targets=targets, canary=canary)
+        wiring.bus(cfg).publish(cfg.bus.topic, event)
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"released {model} {version}" + (f" ({canary}% canary)" if canary is not None else ""))
+
+
+edge_app = typer.Typer(help="Edge clusters that deploy model releases themselves.", no_args_is_help=True)
+app.add_typer(edge_app, name="edge")
+
+
+@edge_app.command("agent")
+def edge_agent(
+    cluster: Annotated[str, typer.Option(help="This edge cluster's id.")],
+    label: Annotated[Optional[list[str]], typer.Option("--label", help="A label k=v (repeatable; k=v1,k2=v2 too).")] = None,
+    bus: Annotated[Optional[str], typer.Option(help="Bus URL (kafka://HOST:PORT); default: the configured bus.")] = None,
+    port: Annotated[int, typer.Option(help="Port where this agent's models answer.")] = 8090,
+    heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 10.0,
+) -> None:
+    """Run an edge agent: take matching model.released events and serve them locally."""
+    import signal
+    import threading
+    import time
+
+    import uvicorn
+
+    from serving.edge import EdgeAgent
+    from serving.runtime.activator import Runtime
+
+    cfg = settings()
+    labels: dict[str, str] = {}
+    for item in label or []:
+        for pair in item.split(","):
+            key, sep, value = pair.partition("=")
+            if not sep:
+                fail(f"label {pair!r} is not k=v")
+            labels[key.strip()] = value.strip()
+    home = cfg.home / "edge" / cluster
+    home.mkdir(parents=True, exist_ok=True)
+    from events.bus import open_bus
+
+    the_bus = open_bus(bus or cfg.bus_url, partitions=cfg.bus.partitions, session_timeout=cfg.bus.session_timeout)
+    runtime = Runtime(home / "run", tick=cfg.functions.tick_seconds, model_grace=cfg.serving.scale_to_zero_grace_seconds)
+    server = uvicorn.Server(uvicorn.Config(runtime, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            fail(f"port {port} is in use")
+        time.sleep(0.02)
+    agent = EdgeAgent(cluster, labels, the_bus, cfg.bus.topic, home, runtime, f"http://127.0.0.1:{port}",
+                      heartbeat=heartbeat, annotations=cfg.serving.annotations)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    typer.echo(f"edge agent {cluster} {labels} serving on :{port}", err=True)
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+@edge_app.command("ls")
+def edge_ls() -> None:
+    """Edge clusters: labels, last heartbeat, the versions they serve."""
+    import uuid
+
+    from rich.table import Table
+
+    from events.dispatcher.deadletters import read_to_end
+    from serving.edge import fleet
+
+    cfg = settings()
+    records = read_to_end(wiring.bus(cfg), cfg.bus.topic, f"cascade-edge-ls-{uuid.uuid4().hex}", 30)
+    beats = []
+    for r in records:
+        try:
+            event = r.event()
+        except CascadeError:
+            continue
+        if event["type"] == "io.cascade.edge.heartbeat.v1":
+            beats.append(event)
+    table = Table("cluster", "labels", "last heartbeat", "serving", "endpoint")
+    for name, info in sorted(fleet(beats).items()):
+        table.add_row(name, ",".join(f"{k}={v}" for k, v in info["labels"].items()), str(info["time"])[:19],
+                      ", ".join(f"{m}:{v}" for m, v in info["serving"].items()), info.get("endpoint", ""))
+    console().print(table)

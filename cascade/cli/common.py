@@ -1,0 +1,43 @@
+"""What every command module shares: the ``cascade`` app, settings, errors, tables, JSON input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cascade.core.settings import Settings
+
+app = typer.Typer(help="Cascade: event-driven, serverless ML.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def console() -> Any:
+    """A rich console; when output is piped, wide enough that tables are not cut."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 240, highlight=False)
+
+
+def settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's message names the bad variable
+        fail(f"bad configuration: {exc}")
+        raise
+
+
+def load_data(data: str) -> Any:
+    text = Path(data[1:]).read_text() if data.startswith("@") else data
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        fail(f"--data is not JSON ({exc}); pass a JSON object or @file.json")

@@ -9,6 +9,7 @@ partition, so a consumer recreated under the same group resumes instead of skipp
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,8 @@ from cascade.core.errors import BusUnavailable
 from events.bindings.kafka import WireRecord
 from events.bus.base import BusBase, Position, Record, Start, TopicPartition
 from events.bus.offsets import AckTracker
+
+log = logging.getLogger("cascade.bus.kafka")
 
 T = TypeVar("T")
 
@@ -168,8 +171,11 @@ class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
         offsets = self.member._tracker.committable(tps)
         if offsets:
             coordinator = self.member._consumer._coordinator
-            await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
-            self.member._tracker.mark_committed(offsets)
+            try:
+                await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
+                self.member._tracker.mark_committed(offsets)
+            except KafkaError as exc:  # not committed: the next owner starts before them (at least once)
+                log.warning("kafka group %s: commit on revoke failed: %r", self.member.group, exc)
         # Forget them only once we know they went elsewhere: a partition that comes straight back
         # may keep its fetch position, and its records still in flight must keep holding the commit.
         self.member._revoked.update(tps)
@@ -192,21 +198,63 @@ class KafkaGroupConsumer:
     """A consumer-group member on Kafka with contiguous-prefix commits."""
 
     def __init__(self, bus: KafkaBus, topics: list[str], group: str, start: Start) -> None:
-        self.bus, self.group = bus, group
+        self.bus, self.group, self.topics, self.start = bus, group, topics, start
         self._tracker = AckTracker()
-        ms = int(bus.session_timeout * 1000)
-        self._consumer = bus._guard("connect", lambda: KafkaConsumer(
-            bootstrap_servers=bus.bootstrap, group_id=group, enable_auto_commit=False,
-            auto_offset_reset=start, session_timeout_ms=ms, heartbeat_interval_ms=max(ms // 5, 100),
-            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{group}",
-            bootstrap_timeout_ms=int(bus.request_timeout * 1000)))
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
         self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
         self._start: dict[Any, Any] = {}  # start positions not yet committed (a rebalance got in the way)
-        for topic in topics:  # know every topic's partitions before joining, so the assignment covers them all
-            bus._guard("metadata", partial(self._consumer.partitions_for_topic, topic))
-        self._consumer.subscribe(topics, listener=_Listener(self))
-        self._last_commit = time.monotonic()
+        self._joining_since: float | None = None  # when the member was first seen not stable
+        self._consumer = self._connect()
+        self._last_commit = self._checked = time.monotonic()
+
+    def _connect(self) -> Any:
+        bus, ms = self.bus, int(self.bus.session_timeout * 1000)
+        consumer = bus._guard("connect", lambda: KafkaConsumer(
+            bootstrap_servers=bus.bootstrap, group_id=self.group, enable_auto_commit=False,
+            auto_offset_reset=self.start, session_timeout_ms=ms, heartbeat_interval_ms=max(ms // 5, 100),
+            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{self.group}",
+            bootstrap_timeout_ms=bus.timeout_ms))
+        for topic in self.topics:  # know every topic's partitions before joining, so the assignment covers them all
+            bus._guard("metadata", partial(consumer.partitions_for_topic, topic))
+        consumer.subscribe(self.topics, listener=_Listener(self))
+        return consumer
+
+    def _check_membership(self) -> None:
+        """Reconnect a member whose heartbeats stopped while it believes it is in the group.
+
+        kafka-python 3.0 can stop heartbeating after two rebalances in quick succession (seen
+        at start-up on a loaded machine): the broker drops the member after the session
+        timeout and the client never notices, so its trigger silently stops. Its partitions
+        are given up (unacknowledged records come back to whoever gets them) and a new client
+        joins the group.
+        """
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return
+        self._checked = now
+        coordinator: Any = getattr(self._consumer, "_coordinator", None)
+        beat = getattr(coordinator, "heartbeat", None)
+        if beat is None:
+            return
+        if coordinator.stable() and not coordinator.rejoining:
+            self._joining_since = None
+            silent = now - max(beat.last_receive, beat.last_reset) if self._consumer.assignment() else 0.0
+            if silent < 1.5 * self.bus.session_timeout:
+                return
+            why = f"no heartbeat answered for {silent:.0f}s"
+        else:  # joining: live members answer a rebalance within a session timeout or two
+            self._joining_since = self._joining_since or now
+            if now - self._joining_since < 3 * self.bus.session_timeout:
+                return
+            why = f"still joining after {now - self._joining_since:.0f}s"
+        log.warning("kafka group %s: %s; reconnecting", self.group, why)
+        self._tracker.forget(list(self.assignment()))
+        self._fresh, self._revoked, self._start, self._joining_since = set(), set(), {}, None
+        try:
+            self._consumer.close(autocommit=False, timeout_ms=self.bus.timeout_ms)
+        except Exception as exc:  # the old client is being thrown away; nothing it says matters
+            log.debug("closing the stale kafka consumer: %r", exc)
+        self._consumer = self._connect()
 
     def _commit_start_positions(self, first: dict[Any, int]) -> None:
         """Commit where a group with no committed offset starts, so a restart resumes there.
@@ -231,6 +279,7 @@ class KafkaGroupConsumer:
             self._fresh |= fresh & self._consumer.assignment()
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        self._check_membership()
         if time.monotonic() - self._last_commit >= self.bus.commit_interval:
             self.commit()
         batch = self.bus._guard("poll", lambda: self._consumer.poll(

@@ -220,13 +220,14 @@ class KafkaGroupConsumer:
         return consumer
 
     def _check_membership(self) -> None:
-        """Reconnect a member whose heartbeats stopped while it believes it is in the group.
+        """Reconnect a member stuck in a rebalance, or dropped by the broker without noticing.
 
-        kafka-python 3.0 can stop heartbeating after two rebalances in quick succession (seen
-        at start-up on a loaded machine): the broker drops the member after the session
-        timeout and the client never notices, so its trigger silently stops. Its partitions
-        are given up (unacknowledged records come back to whoever gets them) and a new client
-        joins the group.
+        kafka-python 3.0 can lose the JoinGroup/SyncGroup of a second rebalance in quick
+        succession (seen at start-up on a loaded machine) and then waits out its 300 s
+        rebalance timeout with heartbeats off; the broker drops the member after the session
+        timeout and its trigger stands still. After 3 session timeouts joining (or 1.5 stable
+        without an answered heartbeat) the partitions are given up (unacknowledged records come
+        back to whoever gets them) and a new client joins the group.
         """
         now = time.monotonic()
         if now - self._checked < 1.0:

@@ -22,7 +22,7 @@ import httpx
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
-from bench.gateway_bench import free_port
+from cascade.cli.timeline import free_port
 from events.bus import open_bus
 from events.envelope import new_event
 from tests.helpers.subscriber import Answer, Delivery, Subscriber

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import httpx
 
 from bench.bus_bench import raw_throughput
 from bench.common import table
+from cascade.cli.timeline import free_port
 from events.bindings import http as ce_http
 from events.envelope import new_event
 
@@ -29,12 +29,6 @@ LUA = """wrk.method = "POST"
 wrk.body = io.open("{body}", "rb"):read("*a")
 {headers}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serve(module: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:

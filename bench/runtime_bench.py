@@ -22,7 +22,7 @@ from pathlib import Path
 import uvicorn
 
 from bench.common import percentile, table, timed_post
-from bench.gateway_bench import free_port
+from cascade.cli.timeline import free_port
 from events.bindings import http as ce_http
 from events.envelope import new_event
 from serving.runtime.activator import Runtime

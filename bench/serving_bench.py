@@ -22,7 +22,7 @@ from pathlib import Path
 import uvicorn
 
 from bench.common import percentile, table, timed_post
-from bench.gateway_bench import free_port
+from cascade.cli.timeline import free_port
 from serving.runtime.activator import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

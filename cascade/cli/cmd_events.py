@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cascade.cli import wiring
-from cascade.cli.common import app, console, fail, load_data, settings
+from cascade.cli.common import TriggersOption, app, console, fail, load_data, settings
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
 
@@ -142,7 +142,7 @@ def _triggers(cfg: Settings, paths: list[Path] | None) -> list[Any]:
 
 @app.command()
 def dispatcher(
-    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+    triggers: TriggersOption = None,
     metrics_port: Annotated[Optional[int], typer.Option(help="Port for /metrics (0: none).")] = None,
 ) -> None:
     """Deliver events to the subscribers of every trigger until interrupted."""
@@ -170,7 +170,7 @@ def dispatcher(
 
 @triggers_app.command("ls")
 def triggers_ls(
-    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+    triggers: TriggersOption = None,
 ) -> None:
     """Declared triggers with their delivery counts and lag."""
     from rich.table import Table
@@ -198,7 +198,7 @@ def _trigger(cfg: Settings, name: str, paths: list[Path] | None) -> Any:
 @dlq_app.command("ls")
 def dlq_ls(
     trigger: str,
-    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+    triggers: TriggersOption = None,
 ) -> None:
     """Dead letters of TRIGGER with their error code, destination and reason."""
     from rich.table import Table
@@ -218,7 +218,7 @@ def dlq_ls(
 @dlq_app.command("replay")
 def dlq_replay(
     trigger: str,
-    triggers: Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")] = None,
+    triggers: TriggersOption = None,
 ) -> None:
     """Send TRIGGER's dead letters to it again (each once), after fixing the subscriber."""
     from events.dispatcher.deadletters import replay

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cascade.cli import wiring
-from cascade.cli.common import app, console, fail, settings
+from cascade.cli.common import BusOption, app, console, fail, settings
 from cascade.core.errors import CascadeError
 
 
@@ -71,7 +71,7 @@ app.add_typer(edge_app, name="edge")
 def edge_agent(
     cluster: Annotated[str, typer.Option(help="This edge cluster's id.")],
     label: Annotated[Optional[list[str]], typer.Option("--label", help="A label k=v (repeatable; k=v1,k2=v2 too).")] = None,
-    bus: Annotated[Optional[str], typer.Option(help="Bus URL (kafka://HOST:PORT); default: the configured bus.")] = None,
+    bus: BusOption = None,
     port: Annotated[int, typer.Option(help="Port where this agent's models answer.")] = 8090,
     heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 10.0,
 ) -> None:
@@ -85,7 +85,7 @@ def edge_agent(
     from serving.edge import EdgeAgent
     from serving.runtime.activator import Runtime
 
-    cfg = settings()
+    cfg = settings(bus=bus)
     labels: dict[str, str] = {}
     for item in label or []:
         for pair in item.split(","):
@@ -95,9 +95,7 @@ def edge_agent(
             labels[key.strip()] = value.strip()
     home = cfg.home / "edge" / cluster
     home.mkdir(parents=True, exist_ok=True)
-    from events.bus import open_bus
-
-    the_bus = open_bus(bus or cfg.bus_url, partitions=cfg.bus.partitions, session_timeout=cfg.bus.session_timeout)
+    the_bus = wiring.bus(cfg)
     runtime = Runtime(home / "run", tick=cfg.functions.tick_seconds, model_grace=cfg.serving.scale_to_zero_grace_seconds)
     server = uvicorn.Server(uvicorn.Config(runtime, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -27,12 +27,23 @@ def console() -> Any:
     return Console(width=None if sys.stdout.isatty() else 240, highlight=False)
 
 
-def settings() -> Settings:
+BusOption = Annotated[Optional[str], typer.Option(
+    help="kafka://HOST:PORT or embedded:///PATH (default: the configured bus, else the embedded SQLite log).")]
+StateOption = Annotated[Optional[str], typer.Option(
+    help="redis://HOST:PORT/DB or sqlite:///PATH (default: the configured store, else SQLite).")]
+TriggersOption = Annotated[Optional[list[Path]], typer.Option("--triggers", help="Trigger files or folders.")]
+
+
+def settings(*, bus: str | None = None, state: str | None = None) -> Settings:
+    """The settings, with a command's --bus and --state (when given) over the configured ones."""
     try:
-        return Settings()
+        cfg = Settings()
     except Exception as exc:  # pydantic's message names the bad variable
         fail(f"bad configuration: {exc}")
         raise
+    cfg.bus.url = bus or cfg.bus.url
+    cfg.state.url = state or cfg.state.url
+    return cfg
 
 
 def load_data(data: str) -> Any:

@@ -14,7 +14,7 @@ import typer
 
 from cascade import __version__
 from cascade.cli import wiring
-from cascade.cli.common import app, fail, settings
+from cascade.cli.common import BusOption, StateOption, app, fail, settings
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
 
@@ -36,14 +36,12 @@ def version() -> None:
 def up(
     host: Annotated[Optional[str], typer.Option(help="Address to listen on.")] = None,
     port: Annotated[Optional[int], typer.Option(help="Gateway port.")] = None,
-    bus: Annotated[Optional[str], typer.Option(help="kafka://HOST:PORT (default: embedded SQLite log).")] = None,
-    state: Annotated[Optional[str], typer.Option(help="redis://HOST:PORT/DB (default: SQLite).")] = None,
+    bus: BusOption = None,
+    state: StateOption = None,
     backend: Annotated[Optional[str], typer.Option(help="Where training jobs run: local or kubernetes.")] = None,
 ) -> None:
     """Run the platform on this machine: gateway, dispatcher, functions, inference, watched folder, dashboard."""
-    cfg = settings()
-    cfg.bus.url = bus or cfg.bus.url
-    cfg.state.url = state or cfg.state.url
+    cfg = settings(bus=bus, state=state)
     if backend not in (None, "local", "kubernetes"):
         fail(f"--backend must be local or kubernetes, not {backend!r}")
     cfg.training.backend = backend or cfg.training.backend
@@ -81,15 +79,13 @@ def up(
 def demo(
     timeout: Annotated[float, typer.Option(help="Seconds any one step may take.")] = 600,
     token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token (default: the saved one).")] = None,
-    bus: Annotated[Optional[str], typer.Option(help="The bus `cascade up` runs on (kafka://HOST:PORT).")] = None,
-    state: Annotated[Optional[str], typer.Option(help="The state store `cascade up` runs on (redis://...).")] = None,
+    bus: BusOption = None,
+    state: StateOption = None,
 ) -> None:
     """Drive the whole story against a running `cascade up` (same --bus and --state), printing a timeline."""
     from cascade.cli import demo as story
 
-    cfg = settings()
-    cfg.bus.url = bus or cfg.bus.url
-    cfg.state.url = state or cfg.state.url
+    cfg = settings(bus=bus, state=state)
     token = token or wiring.saved_token(cfg)
     if not token:
         fail("no token: run `cascade up` first (it saves one), or pass --token")

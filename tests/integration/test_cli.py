@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cascade.cli.timeline import free_port
 from tests.helpers.platform import wait_ready
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli(home: Path, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from cascade.cli.timeline import free_port
 from events.bus.kafka import KafkaBus
 from events.envelope import new_event
 from serving.artifacts import sha256_of
 from tests.conftest import KAFKA, make_bus
 from tests.helpers import models
-from tests.integration.test_cli import free_port
 
 MODEL = f"edge{uuid.uuid4().hex[:6]}"
 

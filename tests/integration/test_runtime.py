@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections import defaultdict
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
+from cascade.cli.timeline import free_port
 from events.bindings import http as ce_http
 from events.envelope import new_event
 from serving.runtime.activator import Runtime
@@ -49,12 +49,6 @@ def handle(event):
         with _lock:
             _active -= 1
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import uvicorn
 
+from cascade.cli.timeline import free_port
 from serving.runtime.activator import Runtime
 from tests.helpers import models
-from tests.integration.test_runtime import free_port
 
 X = [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]]  # y = 2.5 and 2.0 for w = [1, 2, -1, 0.5]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cascade.cli import wiring
-from cascade.cli.common import app, console, fail, settings
+from cascade.cli.common import app, console, fail, runtime_admin, settings
 from cascade.core.errors import CascadeError
 
 
@@ -102,7 +102,6 @@ def functions_serve(
 @functions_app.command("ls")
 def functions_ls() -> None:
     """Functions found, their triggers and live instances (when the runtime is up)."""
-    import httpx
     from rich.table import Table
 
     from functions.spec import discover
@@ -113,11 +112,7 @@ def functions_ls() -> None:
     except CascadeError as exc:
         fail(str(exc))
         raise
-    try:
-        live = {s["name"]: s for s in httpx.get(
-            f"http://{cfg.functions.host}:{cfg.functions.port}/_runtime/services", timeout=2).json()}
-    except (httpx.HTTPError, ValueError):
-        live = {}
+    live = {s["name"]: s for s in runtime_admin(cfg.runtime_url, "/_runtime/services") or []}
     table = Table("function", "triggers", "min", "max", "instances", "in flight", "path")
     for spec in specs:
         s = live.get(spec.name)

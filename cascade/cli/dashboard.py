@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
+from cascade.cli.common import runtime_admin
 from cascade.core.errors import CascadeError
 from cascade.core.state import StateStore
 from events.bus import EventBus, Record
@@ -94,12 +94,6 @@ class Dashboard:
                     self.lag.pop(t.name, None)
             self._stop.wait(2.0)
 
-    def _runtime(self, path: str) -> Any:
-        try:
-            return httpx.get(self.runtime_url + path, timeout=1.0).json()
-        except (httpx.HTTPError, ValueError):
-            return None
-
     def snapshot(self) -> dict[str, Any]:
         triggers = []
         for t in self.triggers:
@@ -114,7 +108,8 @@ class Dashboard:
         with self._lock:
             events, counts, edges = list(self.events), dict(self.counts), dict(self.edges)
         return {"now": time.time(), "events": events, "eventCounts": counts, "triggers": triggers,
-                "services": self._runtime("/_runtime/services"), "routes": self._runtime("/_runtime/models"),
+                "services": runtime_admin(self.runtime_url, "/_runtime/services", 1.0),
+                "routes": runtime_admin(self.runtime_url, "/_runtime/models", 1.0),
                 "jobs": [{"id": j.get("id"), "kind": j.get("kind", ""), "project": j.get("project", ""),
                           "status": j.get("status", ""), "submitted": j.get("submitted", ""),
                           "framework": (j.get("spec") or {}).get("framework", ""), "metrics": j.get("metrics", {}),

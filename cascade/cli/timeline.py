@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from cloudevents.http import CloudEvent
 
+from cascade.cli.common import runtime_admin
 from cascade.core.errors import CascadeError
 from events.bus import EventBus
 
@@ -95,8 +95,7 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def instances(url: str) -> dict[str, int]:
-    try:
-        services = httpx.get(f"{url}/_runtime/services", timeout=2).json()
-    except (httpx.HTTPError, ValueError):
+    services = runtime_admin(url, "/_runtime/services")
+    if services is None:
         return {"(unreachable)": 1}
     return {str(s["name"]): int(s["ready"]) + int(s["starting"]) for s in services}

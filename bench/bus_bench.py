@@ -19,11 +19,11 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from bench.common import paced, percentile, table
-from events.bindings.kafka import to_wire
-from events.bus import EventBus
-from events.bus.embedded import EmbeddedBus
-from events.bus.kafka import KafkaBus
-from events.envelope import new_event
+from cascade.events.bindings.kafka import to_wire
+from cascade.events.bus import EventBus
+from cascade.events.bus.embedded import EmbeddedBus
+from cascade.events.bus.kafka import KafkaBus
+from cascade.events.envelope import new_event
 
 KAFKA = "127.0.0.1:9092"
 

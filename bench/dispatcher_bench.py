@@ -22,9 +22,9 @@ import httpx
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
-from cascade.cli.timeline import free_port
-from events.bus import open_bus
-from events.envelope import new_event
+from cascade.core.ports import free_port
+from cascade.events.bus import open_bus
+from cascade.events.envelope import new_event
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
 
 KAFKA = "127.0.0.1:9092"

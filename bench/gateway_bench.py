@@ -21,9 +21,9 @@ import httpx
 
 from bench.bus_bench import raw_throughput
 from bench.common import table
-from cascade.cli.timeline import free_port
-from events.bindings import http as ce_http
-from events.envelope import new_event
+from cascade.core.ports import free_port
+from cascade.events.bindings import http as ce_http
+from cascade.events.envelope import new_event
 
 LUA = """wrk.method = "POST"
 wrk.body = io.open("{body}", "rb"):read("*a")

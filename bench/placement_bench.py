@@ -18,9 +18,9 @@ from collections import deque
 from typing import Any
 
 from bench.common import mean, percentile, table
-from cascade.core.accelerators import parse
-from cascade.core.matcher import Matcher
-from cascade.core.placement import Inventory, Job, NoFit, Placement
+from cascade.scheduling.accelerators import parse
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
 
 FLAVORS = [("t4", "nvidia", "T4", 16, 400, 4), ("v100", "nvidia", "V100", 32, 150, 8),
            ("a100", "nvidia", "A100", 80, 250, 8), ("ascend", "npu", "910B", 64, 150, 8), ("cpu", "cpu", "", 0, 50, 0)]

@@ -22,11 +22,11 @@ from pathlib import Path
 import uvicorn
 
 from bench.common import percentile, table, timed_post
-from cascade.cli.timeline import free_port
-from events.bindings import http as ce_http
-from events.envelope import new_event
-from serving.runtime.activator import Runtime
-from serving.runtime.policy import ScalingPolicy
+from cascade.core.ports import free_port
+from cascade.events.bindings import http as ce_http
+from cascade.events.envelope import new_event
+from cascade.serving.runtime.activator import Runtime
+from cascade.serving.runtime.policy import ScalingPolicy
 
 HANDLER = "from events.envelope import new_event\n\ndef handle(event):\n    return None\n"
 

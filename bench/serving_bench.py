@@ -22,8 +22,8 @@ from pathlib import Path
 import uvicorn
 
 from bench.common import percentile, table, timed_post
-from cascade.cli.timeline import free_port
-from serving.runtime.activator import Runtime
+from cascade.core.ports import free_port
+from cascade.serving.runtime.activator import Runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers import models  # noqa: E402  (tiny models built from code)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from cloudevents.http import CloudEvent
 
-from cascade.core.state import StateStore
+from cascade.stores import StateStore
 
 
 class DeliveryLog:

@@ -17,7 +17,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidEvent
-from events import schemas
+from cascade.events import schemas
 
 REQUIRED = ("id", "source", "specversion", "type")
 OPTIONAL = ("datacontenttype", "dataschema", "subject", "time")

@@ -26,7 +26,7 @@ TYPE_PREFIX = "io.cascade."
 def _documents() -> dict[str, dict[str, Any]]:
     """Every schema file, by file name (without ``.json``)."""
     docs: dict[str, dict[str, Any]] = {}
-    for entry in resources.files("schemas").iterdir():
+    for entry in resources.files("cascade.schemas").iterdir():
         if entry.name.endswith(".json"):
             docs[entry.name[: -len(".json")]] = json.loads(entry.read_text(encoding="utf-8"))
     return docs

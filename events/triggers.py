@@ -2,7 +2,7 @@
 
 A trigger has a name (its consumer group), a subscriber (a function name or an HTTP URL),
 filters (Knative's ``exact``/``prefix``/``suffix``/``all``/``any``/``not`` over attributes,
-ANDed, case-sensitive, plus ``data`` expressions, see ``events.expressions``), a delivery
+ANDed, case-sensitive, plus ``data`` expressions, see ``cascade.events.expressions``), a delivery
 spec (``retry``, ``backoffPolicy``, ``backoffDelay``, ``timeout``, ``deadLetterSink``) and an
 ordering (``unordered`` with bounded ``concurrency``, or ``ordered`` per partition). Triggers
 are declared in YAML: a function's ``func.yaml`` (``triggers:``) or a ``*.triggers.yaml`` file.
@@ -20,8 +20,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cascade.core.errors import InvalidInput
-from events.durations import seconds
-from events.expressions import Expression
+from cascade.events.durations import seconds
+from cascade.events.expressions import Expression
 
 DIALECTS = ("exact", "prefix", "suffix", "all", "any", "not", "data")
 

@@ -19,11 +19,12 @@ from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
-from cascade.core.state import open_store
-from events.envelope import follow_up
-from events.expressions import Expression
-from serving import artifacts
-from serving.registry import Registry
+from cascade.stores import open_store
+from cascade.events.envelope import follow_up
+from cascade.events.expressions import Expression
+from cascade.serving import artifacts
+from cascade.serving.registry import Registry
+from cascade.core.hashing import sha256_file
 
 SOURCE_RELEASE = "/cascade/functions/release-model"
 SOURCE_DEPLOY = "/cascade/functions/deploy-model"
@@ -50,7 +51,7 @@ class Models:
         existing = [v for v in self.registry.versions(model["name"]) if v.get("lineage", {}).get("job") == data["jobId"]]
         version = existing[0]["version"] if existing else self.registry.next_version(model["name"])
         record = {"model": model["name"], "version": version, "artifactUri": path.as_uri(),
-                  "sha256": artifacts.sha256_of(path), "format": model.get("format", "torchscript"),
+                  "sha256": sha256_file(path), "format": model.get("format", "torchscript"),
                   "framework": job["spec"].get("framework", ""), "metrics": data.get("metrics", {}),
                   "lineage": {"job": data["jobId"], **({"dataset": job["spec"]["dataset"]}
                                                       if job["spec"].get("dataset") else {})}}
@@ -77,7 +78,7 @@ class Models:
         name = str(spec["outputModel"])
         existing = [v for v in self.registry.versions(name) if v.get("lineage", {}).get("job") == data["jobId"]]
         version = existing[0]["version"] if existing else self.registry.next_version(name)
-        record = {"model": name, "version": version, "artifactUri": path.as_uri(), "sha256": artifacts.sha256_of(path),
+        record = {"model": name, "version": version, "artifactUri": path.as_uri(), "sha256": sha256_file(path),
                   "format": "huggingface" if folder == "model" else "lora-adapter", "framework": "pytorch",
                   "metrics": data.get("metrics", {}),
                   "lineage": {"job": data["jobId"], "dataset": spec["dataset"], "baseModel": spec["baseModel"]}}
@@ -126,7 +127,7 @@ class Models:
         """Server-side apply an InferenceService and watch its Ready condition."""
         from kubernetes import config as kube_config
 
-        from serving import kserve
+        from cascade.serving import kserve
 
         model, version = str(d["model"]), str(d["version"])
         namespace = f"{self.cfg.training.namespace_prefix}{event.get('project') or 'default'}"

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from cascade.core.frameworks import REGISTRY, VERSION
-from events.triggers import Trigger
-from functions.spec import FunctionSpec
+from cascade.scheduling.frameworks import REGISTRY, VERSION
+from cascade.events.triggers import Trigger
+from cascade.functions.spec import FunctionSpec
 
 DEFAULT_IMAGE = f"{REGISTRY}/function-runtime:{VERSION}"  # built by images/runtime/function-runtime.Dockerfile
 KAFKA_BOOTSTRAP = "my-cluster-kafka-bootstrap.kafka:9092"

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cascade.core.errors import InvalidInput
-from events.triggers import Trigger, parse_triggers
+from cascade.events.triggers import Trigger, parse_triggers
 
 
 class Resources(BaseModel):

@@ -15,24 +15,11 @@ from urllib.parse import unquote, urlparse
 import httpx
 
 from cascade.core.errors import InvalidInput, RetryableError
+from cascade.core.hashing import sha256_file
 
 
 class ChecksumMismatch(InvalidInput):
     """The artifact's bytes do not hash to the release's sha256."""
-
-
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file; of a folder, over each file's relative path and digest, in order."""
-    if path.is_dir():
-        folder = hashlib.sha256()
-        for item in sorted(p for p in path.rglob("*") if p.is_file()):
-            folder.update(f"{item.relative_to(path)}\x00{sha256_of(item)}\n".encode())
-        return folder.hexdigest()
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _download(url: str, target: Path) -> None:
@@ -61,7 +48,7 @@ def fetch(uri: str, sha256: str, cache: Path) -> Path:
     name = Path(unquote(parsed.path)).name or "artifact"
     folder = cache / sha256
     target = folder / name
-    if target.exists() and sha256_of(target) == sha256:
+    if target.exists() and sha256_file(target) == sha256:
         return target
     folder.mkdir(parents=True, exist_ok=True)
     if parsed.scheme in ("", "file"):
@@ -73,7 +60,7 @@ def fetch(uri: str, sha256: str, cache: Path) -> Path:
         _download(uri, target)
     else:
         raise InvalidInput(f"artifact scheme {parsed.scheme!r} is not supported (file, http, https)", field="artifactUri")
-    actual = sha256_of(target)
+    actual = sha256_file(target)
     if actual != sha256:
         target.unlink()
         raise ChecksumMismatch(f"artifact {uri} has sha256 {actual}, the release says {sha256}", field="sha256")

@@ -23,11 +23,12 @@ import httpx
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError, InvalidEvent
-from cascade.core.state_sqlite import SqliteStore
-from events.bus import EventBus
-from events.envelope import follow_up, new_event
-from serving import artifacts
-from serving.runtime.activator import Runtime
+from cascade.stores.sqlite import SqliteStore
+from cascade.events.bus import EventBus
+from cascade.events.envelope import follow_up, new_event
+from cascade.serving import artifacts
+from cascade.serving.runtime.activator import Runtime
+from cascade.core.versions import version_key
 
 RELEASED = "io.cascade.model.released.v1"
 
@@ -45,10 +46,6 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
                 or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
             return False
     return True
-
-
-def _version_key(version: str) -> tuple[int, str]:
-    return (int(version), "") if str(version).isdigit() else (0, str(version))
 
 
 class EdgeAgent:
@@ -129,7 +126,7 @@ class EdgeAgent:
         if self.store.get_record("edge-attempt", f"{d['model']}:{d['version']}"):
             return False  # applied (or refused) before a restart: never again
         current = self.serving().get(str(d["model"]))
-        return current is None or _version_key(str(d["version"])) > _version_key(current)
+        return current is None or version_key(str(d["version"])) > version_key(current)
 
     def restore(self) -> None:
         """After a restart, serve again what this cluster served (from the checksum cache)."""
@@ -155,7 +152,7 @@ class EdgeAgent:
                     if event["type"] == RELEASED and self._wanted(event):
                         data: dict[str, Any] = event.get_data() or {}
                         held = newest.get(str(data["model"]))
-                        if held is None or _version_key(str(data["version"])) >= _version_key(
+                        if held is None or version_key(str(data["version"])) >= version_key(
                                 str((held.get_data() or {})["version"])):
                             newest[str(data["model"])] = event  # older releases in the batch are superseded
                 for event in newest.values():

@@ -13,8 +13,9 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import NotFound
-from cascade.core.state import StateStore
-from events.envelope import new_event
+from cascade.stores import StateStore
+from cascade.events.envelope import new_event
+from cascade.core.versions import version_key
 
 SOURCE = "/cascade/registry"
 INDEX = ("model", "stage")
@@ -25,8 +26,7 @@ class Registry:
         self.store = store
 
     def versions(self, model: str) -> list[dict[str, Any]]:
-        return sorted(self.store.find_records("model-version", model=model), key=lambda r: int(r["version"])
-                      if str(r["version"]).isdigit() else 0)
+        return sorted(self.store.find_records("model-version", model=model), key=lambda r: version_key(r["version"]))
 
     def models(self) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}

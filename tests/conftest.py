@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from cascade.core.state import StateStore
-from cascade.core.state_redis import RedisStore
-from cascade.core.state_sqlite import SqliteStore
-from events.bus import Consumer, EventBus, Record
-from events.bus.embedded import EmbeddedBus
-from events.bus.kafka import KafkaBus
+from cascade.stores import StateStore
+from cascade.stores.redis import RedisStore
+from cascade.stores.sqlite import SqliteStore
+from cascade.events.bus import Consumer, EventBus, Record
+from cascade.events.bus.embedded import EmbeddedBus
+from cascade.events.bus.kafka import KafkaBus
 
 KAFKA = "127.0.0.1:9092"
 REDIS = "redis://127.0.0.1:6379/0"

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.cli.common import TriggersOption, app, console, fail, load_data, settings
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
@@ -35,8 +35,8 @@ def emit(
     """Publish one event through the gateway (validated there, like any client's)."""
     import httpx
 
-    from events.bindings.http import to_binary
-    from events.envelope import new_event
+    from cascade.events.bindings.http import to_binary
+    from cascade.events.envelope import new_event
 
     cfg = settings()
     try:
@@ -102,7 +102,7 @@ def sources_folder(
     settle: Annotated[float, typer.Option(help="Seconds a file must stay unchanged to count as complete.")] = 1.0,
 ) -> None:
     """Watch PATH and publish dataset.uploaded for every completed file (PATH/<dataset>/...)."""
-    from events.sources.folder import FolderSource
+    from cascade.events.sources.folder import FolderSource
 
     cfg = settings()
     source = FolderSource(path, wiring.bus(cfg), wiring.store(cfg), topic=cfg.bus.topic, project=project, settle=settle)
@@ -119,7 +119,7 @@ def sources_s3_kafka(
     project: Annotated[str, typer.Option(help="Project the events belong to.")] = "default",
 ) -> None:
     """Turn S3 notifications on a Kafka topic into dataset.uploaded events."""
-    from events.sources.s3_kafka import S3KafkaSource
+    from cascade.events.sources.s3_kafka import S3KafkaSource
 
     cfg = settings()
     source = S3KafkaSource(wiring.bus(cfg), wiring.store(cfg), notifications=notifications, topic=cfg.bus.topic,
@@ -131,7 +131,7 @@ def sources_s3_kafka(
 
 
 def _triggers(cfg: Settings, paths: list[Path] | None) -> list[Any]:
-    from events.triggers import load_triggers
+    from cascade.events.triggers import load_triggers
 
     try:
         return load_triggers(paths or [*wiring.function_dirs(cfg), *cfg.dispatcher.triggers])
@@ -149,7 +149,7 @@ def dispatcher(
     import signal
     import threading
 
-    from events.dispatcher import Dispatcher
+    from cascade.events.dispatcher import Dispatcher
 
     cfg = settings()
     found = _triggers(cfg, triggers)
@@ -175,7 +175,7 @@ def triggers_ls(
     """Declared triggers with their delivery counts and lag."""
     from rich.table import Table
 
-    from events.dispatcher.service import trigger_lag
+    from cascade.events.dispatcher.service import trigger_lag
 
     cfg = settings()
     bus, state = wiring.bus(cfg), wiring.store(cfg)
@@ -203,7 +203,7 @@ def dlq_ls(
     """Dead letters of TRIGGER with their error code, destination and reason."""
     from rich.table import Table
 
-    from events.dispatcher.deadletters import list_letters
+    from cascade.events.dispatcher.deadletters import list_letters
 
     cfg = settings()
     letters = list_letters(wiring.bus(cfg), _trigger(cfg, trigger, triggers))
@@ -221,7 +221,7 @@ def dlq_replay(
     triggers: TriggersOption = None,
 ) -> None:
     """Send TRIGGER's dead letters to it again (each once), after fixing the subscriber."""
-    from events.dispatcher.deadletters import replay
+    from cascade.events.dispatcher.deadletters import replay
 
     cfg = settings()
     count = replay(wiring.bus(cfg), _trigger(cfg, trigger, triggers), cfg.bus.topic)

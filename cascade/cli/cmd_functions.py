@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.cli.common import app, console, fail, runtime_admin, settings
 from cascade.core.errors import CascadeError
 
@@ -82,9 +82,9 @@ def functions_serve(
     """Serve one function at / (the function-runtime image's command in a Knative Service's pod)."""
     import uvicorn
 
-    from functions.deploy import register
-    from functions.spec import discover
-    from serving.runtime.activator import Runtime
+    from cascade.functions.deploy import register
+    from cascade.functions.spec import discover
+    from cascade.serving.runtime.activator import Runtime
 
     cfg = settings()
     specs = {s.name: s for s in discover(wiring.function_dirs(cfg))}
@@ -104,7 +104,7 @@ def functions_ls() -> None:
     """Functions found, their triggers and live instances (when the runtime is up)."""
     from rich.table import Table
 
-    from functions.spec import discover
+    from cascade.functions.spec import discover
 
     cfg = settings()
     try:

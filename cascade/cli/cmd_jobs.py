@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.cli.common import app, console, fail, load_data, settings
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
@@ -88,7 +88,7 @@ def jobs_ls(
 
 
 def _backend(cfg: Settings) -> Any:
-    from functions.training.launcher import backend_for
+    from cascade.functions.training.launcher import backend_for
 
     return backend_for(cfg, wiring.store(cfg))
 
@@ -119,7 +119,7 @@ def jobs_policy(
     project: Annotated[str, typer.Option(help="Project of the jobs.")] = "default",
 ) -> None:
     """Attach a training policy to a dataset: labels.completed for it submits a job."""
-    from functions.training.launcher import set_policy
+    from cascade.functions.training.launcher import set_policy
 
     cfg = settings()
     try:

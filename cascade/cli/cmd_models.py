@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.cli.common import BusOption, app, console, fail, settings
 from cascade.core.errors import CascadeError
+from cascade.core.versions import version_key
 
 
 
@@ -22,11 +23,11 @@ def models_ls() -> None:
     """Models and their versions with stage and metrics."""
     from rich.table import Table
 
-    from serving.registry import Registry
+    from cascade.serving.registry import Registry
 
     table = Table("model", "version", "stage", "format", "metrics", "job")
     for model, versions in sorted(Registry(wiring.store(settings())).models().items()):
-        for v in sorted(versions, key=lambda r: str(r["version"]).zfill(8)):
+        for v in sorted(versions, key=lambda r: version_key(r["version"])):
             table.add_row(model, str(v["version"]), v.get("stage", ""), v.get("format", ""),
                           json.dumps(v.get("metrics", {}))[:50], str(v.get("lineage", {}).get("job", "")))
     console().print(table)
@@ -35,7 +36,7 @@ def models_ls() -> None:
 @models_app.command("show")
 def models_show(model: str, version: str) -> None:
     """One version: artifact, checksum, lineage, metrics."""
-    from serving.registry import Registry
+    from cascade.serving.registry import Registry
 
     try:
         typer.echo(json.dumps(Registry(wiring.store(settings())).get(model, version), indent=2))
@@ -51,7 +52,7 @@ def models_release(
     label: Annotated[Optional[list[str]], typer.Option("--label", help="Edge clusters to target, k=v (repeatable).")] = None,
 ) -> None:
     """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
-    from serving.registry import Registry
+    from cascade.serving.registry import Registry
 
     cfg = settings()
     targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
@@ -82,8 +83,8 @@ def edge_agent(
 
     import uvicorn
 
-    from serving.edge import EdgeAgent
-    from serving.runtime.activator import Runtime
+    from cascade.serving.edge import EdgeAgent
+    from cascade.serving.runtime.activator import Runtime
 
     cfg = settings(bus=bus)
     labels: dict[str, str] = {}
@@ -124,8 +125,8 @@ def edge_ls() -> None:
 
     from rich.table import Table
 
-    from events.dispatcher.deadletters import read_to_end
-    from serving.edge import fleet
+    from cascade.events.dispatcher.deadletters import read_to_end
+    from cascade.serving.edge import fleet
 
     cfg = settings()
     records = read_to_end(wiring.bus(cfg), cfg.bus.topic, f"cascade-edge-ls-{uuid.uuid4().hex}", 30)

@@ -22,11 +22,12 @@ from typing import Any
 import httpx
 from cloudevents.http import CloudEvent
 
-from cascade.cli.timeline import DemoFailed, Timeline, Watcher, free_port, instances, wait_until
+from cascade.cli.timeline import DemoFailed, Timeline, Watcher, instances, wait_until
+from cascade.core.ports import free_port
 from cascade.core.errors import InvalidInput
 from cascade.core.settings import Settings
-from events.bus import EventBus
-from functions.training.launcher import set_policy
+from cascade.events.bus import EventBus
+from cascade.functions.training.launcher import set_policy
 
 __all__ = ["DemoFailed", "run"]
 

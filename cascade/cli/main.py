@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cascade import __version__
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.cli.common import BusOption, StateOption, app, fail, settings
 from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
@@ -99,7 +99,7 @@ def demo(
 
 
 def _build(cfg: Settings) -> Any:
-    from cascade.cli.platform import Platform
+    from cascade.app.platform import Platform
 
     try:
         return Platform.build(cfg)
@@ -132,7 +132,7 @@ def runtime() -> None:
 @projects_app.command("create")
 def projects_create(name: str) -> None:
     """Create a project."""
-    from events.gateway.tokens import Projects
+    from cascade.events.gateway.tokens import Projects
 
     try:
         Projects(wiring.store(settings())).create_project(name)
@@ -144,7 +144,7 @@ def projects_create(name: str) -> None:
 @projects_app.command("ls")
 def projects_ls() -> None:
     """List projects."""
-    from events.gateway.tokens import Projects
+    from cascade.events.gateway.tokens import Projects
 
     for project in Projects(wiring.store(settings())).list_projects():
         typer.echo(project["name"])
@@ -153,7 +153,7 @@ def projects_ls() -> None:
 @tokens_app.command("create")
 def tokens_create(project: str, description: Annotated[str, typer.Option(help="What the token is for.")] = "") -> None:
     """Create an API token for PROJECT; it is printed once and stored only as a hash."""
-    from events.gateway.tokens import Projects
+    from cascade.events.gateway.tokens import Projects
 
     try:
         typer.echo(Projects(wiring.store(settings())).create_token(project, description))
@@ -167,8 +167,8 @@ def render(
     check: Annotated[bool, typer.Option(help="Write nothing; exit 1 when the files differ from a fresh render.")] = False,
 ) -> None:
     """Regenerate knative/ (kustomize base and example overlay) and images/ (layered Dockerfiles, build matrix)."""
-    from cascade.cli import images, manifests
-    from functions.spec import discover
+    from cascade.render import images, manifests
+    from cascade.functions.spec import discover
 
     try:
         specs = discover(wiring.function_dirs(settings()))

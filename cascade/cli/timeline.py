@@ -18,7 +18,7 @@ from cloudevents.http import CloudEvent
 
 from cascade.cli.common import runtime_admin
 from cascade.core.errors import CascadeError
-from events.bus import EventBus
+from cascade.events.bus import EventBus
 
 
 class DemoFailed(Exception):
@@ -78,12 +78,6 @@ class Watcher:
 
     def _types(self) -> list[str]:
         return sorted({str(e["type"]).removeprefix("io.cascade.").removesuffix(".v1") for e in self.seen})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cascade.core.errors import InvalidInput
-from events.bus.base import Consumer, EventBus, Position, Record, Start, TopicPartition
+from cascade.events.bus.base import Consumer, EventBus, Position, Record, Start, TopicPartition
 
 __all__ = ["Consumer", "EventBus", "Position", "Record", "Start", "TopicPartition", "open_bus"]
 
@@ -17,11 +17,11 @@ __all__ = ["Consumer", "EventBus", "Position", "Record", "Start", "TopicPartitio
 def open_bus(url: str, **options: Any) -> EventBus:
     """Build the bus a URL names; ``options`` go to its constructor (partitions, timeouts...)."""
     if url.startswith("kafka://"):
-        from events.bus.kafka import KafkaBus
+        from cascade.events.bus.kafka import KafkaBus
 
         return KafkaBus(url[len("kafka://"):].rstrip("/"), **options)
     if url.startswith("embedded://"):
-        from events.bus.embedded import EmbeddedBus
+        from cascade.events.bus.embedded import EmbeddedBus
 
         return EmbeddedBus(url[len("embedded://"):], **options)
     raise InvalidInput(f"bus URL {url!r}: use kafka://HOST:PORT or embedded:///PATH/bus.db", field="bus")

@@ -1,8 +1,8 @@
 """The EventBus plug-in point: one Protocol, the record types, and shared publish logic.
 
 A bus is a partitioned, durable log of :class:`~events.bindings.kafka.WireRecord` values
-with consumer groups. Two implementations ship: Kafka (``events.bus.kafka``) and an
-embedded SQLite log (``events.bus.embedded``); both pass ``tests/contract``.
+with consumer groups. Two implementations ship: Kafka (``cascade.events.bus.kafka``) and an
+embedded SQLite log (``cascade.events.bus.embedded``); both pass ``tests/contract``.
 
 Guarantees every implementation gives:
 
@@ -23,7 +23,7 @@ from typing import Literal, Protocol
 
 from cloudevents.http import CloudEvent
 
-from events.bindings.kafka import Headers, WireRecord, from_wire, to_wire
+from cascade.events.bindings.kafka import Headers, WireRecord, from_wire, to_wire
 
 Start = Literal["latest", "earliest"]
 TopicPartition = tuple[str, int]

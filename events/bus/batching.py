@@ -17,8 +17,8 @@ from concurrent.futures import Future
 
 from cloudevents.http import CloudEvent
 
-from events.bindings.kafka import WireRecord, to_wire
-from events.bus.base import EventBus, Position
+from cascade.events.bindings.kafka import WireRecord, to_wire
+from cascade.events.bus.base import EventBus, Position
 
 _Item = tuple[str, list[WireRecord], "Future[list[Position]]"]
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cascade.core.errors import BusUnavailable
-from events.bindings.kafka import WireRecord
-from events.bus.base import BusBase, Consumer, Position, Start
+from cascade.events.bindings.kafka import WireRecord
+from cascade.events.bus.base import BusBase, Consumer, Position, Start
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
@@ -141,7 +141,7 @@ class EmbeddedBus(BusBase):
             self._changed.wait(timeout)
 
     def subscribe(self, topics: Sequence[str], group: str, *, start: Start = "latest") -> Consumer:
-        from events.bus.embedded_consumer import EmbeddedConsumer
+        from cascade.events.bus.embedded_consumer import EmbeddedConsumer
 
         return EmbeddedConsumer(self, list(topics), group, start)
 

@@ -1,6 +1,6 @@
 """A consumer-group member of the embedded bus: leases, fetching and fenced commits.
 
-See ``events.bus.embedded`` for the model. Each consumer has its own SQLite connection;
+See ``cascade.events.bus.embedded`` for the model. Each consumer has its own SQLite connection;
 ``PRAGMA data_version`` tells cheaply whether another connection wrote since the last look,
 so idle polling costs almost nothing and a new record is seen within ``poll_interval``.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from events.bus.base import Record, Start, TopicPartition
-from events.bus.embedded import _decode_headers, connect
-from events.bus.offsets import AckTracker
+from cascade.events.bus.base import Record, Start, TopicPartition
+from cascade.events.bus.embedded import _decode_headers, connect
+from cascade.events.bus.offsets import AckTracker
 
 if TYPE_CHECKING:
-    from events.bus.embedded import EmbeddedBus
+    from cascade.events.bus.embedded import EmbeddedBus
 
 
 class EmbeddedConsumer:

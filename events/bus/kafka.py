@@ -25,9 +25,9 @@ from kafka.errors import (CommitFailedError, IllegalStateError, KafkaError, Kafk
 from kafka.structs import OffsetAndMetadata
 
 from cascade.core.errors import BusUnavailable
-from events.bindings.kafka import WireRecord
-from events.bus.base import BusBase, Position, Record, Start, TopicPartition
-from events.bus.offsets import AckTracker
+from cascade.events.bindings.kafka import WireRecord
+from cascade.events.bus.base import BusBase, Position, Record, Start, TopicPartition
+from cascade.events.bus.offsets import AckTracker
 
 log = logging.getLogger("cascade.bus.kafka")
 

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-from events.bus.base import TopicPartition
+from cascade.events.bus.base import TopicPartition
 
 
 class _Partition:

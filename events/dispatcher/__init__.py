@@ -5,6 +5,6 @@ dead-letter semantics, contiguous-prefix commits, and idempotency claims that ke
 redelivered, already-handled event from reaching its subscriber twice.
 """
 
-from events.dispatcher.service import Dispatcher
+from cascade.events.dispatcher.service import Dispatcher
 
 __all__ = ["Dispatcher"]

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cascade.core.errors import InvalidEvent, RetryableError
-from events.bindings.kafka import WireRecord
-from events.bus import EventBus, Record
-from events.triggers import Trigger
+from cascade.events.bindings.kafka import WireRecord
+from cascade.events.bus import EventBus, Record
+from cascade.events.triggers import Trigger
 
 ERROR_HEADERS = ("ce_knativeerrordest", "ce_knativeerrorcode", "ce_knativeerrordata", "ce_cascadetrigger",
                  "ce_cascadeattempts")

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput
-from events.bindings import http as ce_http
-from events.dispatcher.http import DeliveryError, DeliveryTimeout, Response, ThreadLocalHTTP
-from events.envelope import check_event
-from events.triggers import Delivery
+from cascade.events.bindings import http as ce_http
+from cascade.events.dispatcher.http import DeliveryError, DeliveryTimeout, Response, ThreadLocalHTTP
+from cascade.events.envelope import check_event
+from cascade.events.triggers import Delivery
 
 RETRYABLE = {404, 408, 409, 429}
 ERROR_DATA_LIMIT = 1024

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cascade.core.idempotency import Liveness
-from cascade.core.state import StateStore
-from events.bus import EventBus
-from events.dispatcher.http import ThreadLocalHTTP
-from events.dispatcher.worker import TriggerWorker
-from events.triggers import Trigger
+from cascade.stores.idempotency import Liveness
+from cascade.stores import StateStore
+from cascade.events.bus import EventBus
+from cascade.events.dispatcher.http import ThreadLocalHTTP
+from cascade.events.dispatcher.worker import TriggerWorker
+from cascade.events.triggers import Trigger
 
 log = logging.getLogger("cascade.dispatcher")
 COUNTERS = ("delivered", "retried", "dead_lettered", "filtered", "duplicates")

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 
 from cascade.core.errors import InvalidInput, RetryableError
-from cascade.core.idempotency import Claim, Idempotency, Liveness
-from cascade.core.state import StateStore
-from events.bus import Consumer, EventBus, Record, TopicPartition
-from events.dispatcher.deadletters import dead_letter
-from events.dispatcher.http import ThreadLocalHTTP
-from events.dispatcher.delivery import deliver
-from events.envelope import check_event
-from events.triggers import Trigger
+from cascade.stores.idempotency import Claim, Idempotency, Liveness
+from cascade.stores import StateStore
+from cascade.events.bus import Consumer, EventBus, Record, TopicPartition
+from cascade.events.dispatcher.deadletters import dead_letter
+from cascade.events.dispatcher.http import ThreadLocalHTTP
+from cascade.events.dispatcher.delivery import deliver
+from cascade.events.envelope import check_event
+from cascade.events.triggers import Trigger
 
 log = logging.getLogger("cascade.dispatcher")
 

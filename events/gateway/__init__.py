@@ -3,6 +3,6 @@
 ``create_app`` builds the FastAPI application; ``cascade gateway`` serves it with uvicorn.
 """
 
-from events.gateway.app import create_app
+from cascade.events.gateway.app import create_app
 
 __all__ = ["create_app"]

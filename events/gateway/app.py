@@ -19,18 +19,18 @@ from fastapi.responses import JSONResponse, Response
 
 from cascade.core.errors import CascadeError, InvalidInput, RetryableError
 from cascade.core.settings import GatewaySettings
-from cascade.core.state import StateStore
-from events.bindings import http as ce_http
-from events.bus import EventBus
-from events.bus.batching import GroupCommitter
-from events.dedup import DeliveryLog
-from events.envelope import check_event
-from events.gateway import webhooks
-from events.gateway.errors import Forbidden, TooLarge, Unauthorized, problem
-from events.gateway.jobs import Jobs
-from events.gateway.metrics import GatewayMetrics
-from events.gateway.ratelimit import RateLimiter
-from events.gateway.tokens import Projects
+from cascade.stores import StateStore
+from cascade.events.bindings import http as ce_http
+from cascade.events.bus import EventBus
+from cascade.events.bus.batching import GroupCommitter
+from cascade.events.dedup import DeliveryLog
+from cascade.events.envelope import check_event
+from cascade.events.gateway import webhooks
+from cascade.events.gateway.errors import Forbidden, TooLarge, Unauthorized, problem
+from cascade.events.gateway.jobs import Jobs
+from cascade.events.gateway.metrics import GatewayMetrics
+from cascade.events.gateway.ratelimit import RateLimiter
+from cascade.events.gateway.tokens import Projects
 
 _PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
     "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}, "schema": {"type": "string"}}}}}

@@ -16,7 +16,7 @@ from cascade.core.errors import (
     SchemaViolation,
     UnknownEventType,
 )
-from events.bindings.http import UnsupportedMediaType
+from cascade.events.bindings.http import UnsupportedMediaType
 
 
 class Unauthorized(InvalidInput):

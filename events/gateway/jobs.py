@@ -15,10 +15,10 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput, NotFound
-from cascade.core.state import StateStore
-from events import schemas
-from events.envelope import new_event
-from events.gateway.errors import Forbidden
+from cascade.stores import StateStore
+from cascade.events import schemas
+from cascade.events.envelope import new_event
+from cascade.events.gateway.errors import Forbidden
 
 KINDS = {"training": ("trainingjob.v1", "job.submitted"), "finetune": ("finetunejob.v1", "finetune.submitted")}
 INDEX = ("project", "status", "kind")

@@ -8,7 +8,7 @@ from cloudevents.http import CloudEvent
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from cascade.core.errors import CascadeError
-from events.gateway.errors import problem
+from cascade.events.gateway.errors import problem
 
 
 class GatewayMetrics:

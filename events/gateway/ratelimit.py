@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from events.gateway.errors import RateLimited
+from cascade.events.gateway.errors import RateLimited
 
 
 class RateLimiter:

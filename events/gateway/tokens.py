@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from cascade.core.errors import InvalidInput, NotFound
-from cascade.core.state import StateStore
+from cascade.stores import StateStore
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # a Kubernetes namespace name
 

@@ -20,8 +20,8 @@ from urllib.parse import unquote_plus
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput
-from events.envelope import new_event
-from events.gateway.errors import Unauthorized
+from cascade.events.envelope import new_event
+from cascade.events.gateway.errors import Unauthorized
 
 ANNOTATION_ACTIONS = {"ANNOTATION_CREATED", "ANNOTATIONS_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"}
 

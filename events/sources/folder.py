@@ -19,19 +19,12 @@ from pathlib import Path
 import watchfiles
 from cloudevents.http import CloudEvent
 
-from cascade.core.state import StateStore
-from events.bus import EventBus
-from events.envelope import new_event
+from cascade.stores import StateStore
+from cascade.events.bus import EventBus
+from cascade.events.envelope import new_event
+from cascade.core.hashing import sha256_file
 
 PARTIAL = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class FolderSource:

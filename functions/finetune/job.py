@@ -1,6 +1,6 @@
 """A FineTuneJob: its checks, its memory estimate, and the training job that runs it.
 
-The run is an ordinary PyTorch training job whose entrypoint is ``functions.finetune.entrypoint``
+The run is an ordinary PyTorch training job whose entrypoint is ``cascade.functions.finetune.entrypoint``
 (hyperparameters = the fine-tune spec), so placement, backends and lifecycle events are the
 training plane's. Invalid combinations are refused with the reason.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cascade.core.accelerators import parse
+from cascade.scheduling.accelerators import parse
 from cascade.core.errors import InvalidInput
-from events import schemas
-from functions.finetune.memory import Estimate, estimate, shape_of
-from functions.training.job import TrainingJob
+from cascade.events import schemas
+from cascade.functions.finetune.memory import Estimate, estimate, shape_of
+from cascade.functions.training.job import TrainingJob
 
 QUANTIZED_VENDORS = ("nvidia",)  # bitsandbytes 4-bit kernels
 
@@ -44,7 +44,7 @@ def memory(spec: dict[str, Any]) -> Estimate:
 def training_job(job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:
     """The training job that runs the fine-tune (one worker; torchrun processes per card)."""
     check(spec)
-    body = {"framework": "pytorch", "entrypoint": {"module": "functions.finetune.entrypoint"},
+    body = {"framework": "pytorch", "entrypoint": {"module": "cascade.functions.finetune.entrypoint"},
             "workers": 1, "resources": spec.get("resources", {"accelerator": "0"}), "hyperparameters": spec,
             "dataset": spec["dataset"], "project": project}
     return TrainingJob.from_spec(job_id, project, body)

@@ -8,8 +8,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from functions.finetune.job import training_job
-from functions.training import kinds
+from cascade.functions.finetune.job import training_job
+from cascade.functions.training import kinds
 
 DEEPSPEED_ZERO3 = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                                          "stage3_gather_16bit_weights_on_model_save": True},
@@ -26,7 +26,7 @@ def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: dict[
     specs = resource["spec"]["pytorchReplicaSpecs"]
     for role in specs.values():
         container = role["template"]["spec"]["containers"][0]
-        container["command"] = ["torchrun", "-m", "functions.finetune.entrypoint"]
+        container["command"] = ["torchrun", "-m", "cascade.functions.finetune.entrypoint"]
         if spec["method"] == "full" and workers > 1:
             container["env"].append({"name": "CASCADE_DEEPSPEED_CONFIG", "value": json.dumps(DEEPSPEED_ZERO3)})
     return resource

@@ -7,9 +7,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from cascade.core.accelerators import AcceleratorRequest, parse
-from cascade.core.placement import Job
-from events import schemas
+from cascade.scheduling.accelerators import AcceleratorRequest, parse
+from cascade.scheduling.placement import Job
+from cascade.events import schemas
 
 
 @dataclass(frozen=True)

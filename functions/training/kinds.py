@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.training.job import TrainingJob
+from cascade.functions.training.job import TrainingJob
 
 KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     # framework: (kind, replica-specs key, container name, roles: first takes one replica, the last the rest)

@@ -13,9 +13,9 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from cascade.core.errors import NotFound, RetryableError
-from cascade.core.state import StateStore
-from functions.training import kinds, records
-from functions.training.job import TrainingJob
+from cascade.stores import StateStore
+from cascade.functions.training import kinds, records
+from cascade.functions.training.job import TrainingJob
 
 FIELD_MANAGER = "cascade"
 

@@ -16,14 +16,14 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError, InvalidInput
-from cascade.core.matcher import Matcher
-from cascade.core.placement import Inventory
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory
 from cascade.core.settings import Settings
-from cascade.core.state import StateStore, open_store
-from events.envelope import PROPAGATED, follow_up
-from functions.training import records
-from functions.training.job import TrainingJob
-from functions.training.local import LocalBackend
+from cascade.stores import StateStore, open_store
+from cascade.events.envelope import PROPAGATED, follow_up
+from cascade.functions.training import records
+from cascade.functions.training.job import TrainingJob
+from cascade.functions.training.local import LocalBackend
 
 SOURCE = "/cascade/functions/launch-training"
 LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
@@ -34,7 +34,7 @@ def backend_for(cfg: Settings, store: StateStore) -> Any:
     if cfg.training.backend == "kubernetes":
         from kubernetes import config as kube_config
 
-        from functions.training.kubernetes import KubernetesBackend
+        from cascade.functions.training.kubernetes import KubernetesBackend
 
         api = kube_config.new_client_from_config()  # type: ignore[no-untyped-call]
         return KubernetesBackend(api, store, cfg.training.namespace_prefix)
@@ -58,7 +58,7 @@ class TrainingLauncher:
 
     def on_finetune(self, event: CloudEvent) -> CloudEvent | None:
         """Estimate memory, place on a card that fits it, and run the fine-tune as a training job."""
-        from functions.finetune import job as finetune
+        from cascade.functions.finetune import job as finetune
 
         data: dict[str, Any] = event.get_data() or {}
         job_id, project = str(data["jobId"]), str(data.get("project") or event.get("project") or "default")

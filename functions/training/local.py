@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from cascade.core.errors import NotFound
-from cascade.core.state import StateStore
-from functions.training import records
-from functions.training.job import TrainingJob
+from cascade.stores import StateStore
+from cascade.functions.training import records
+from cascade.functions.training.job import TrainingJob
 
 
 class LocalBackend:
@@ -31,7 +31,7 @@ class LocalBackend:
         spec_file.write_text(json.dumps({"id": job.id, "project": job.project, "spec": job.spec,
                                          "placement": job.placement, "output": str(out), "extensions": extensions}))
         log = (out / "supervisor.log").open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", "functions.training.supervisor", str(spec_file)],
+        proc = subprocess.Popen([sys.executable, "-m", "cascade.functions.training.supervisor", str(spec_file)],
                                 env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         records.update(self.store, job.id, "launching", backend=self.name, supervisor=proc.pid,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from cascade.core.state import StateStore
-from events.gateway.jobs import INDEX
+from cascade.stores import StateStore
+from cascade.events.gateway.jobs import INDEX
 
 FINAL = ("succeeded", "failed", "cancelled")
 

@@ -21,25 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from cascade.core.settings import Settings
-from cascade.core.state import open_store
-from events.bus import open_bus
-from events.envelope import new_event
-from functions.training import records
-from functions.training.env import worker_env
-from functions.training.job import TrainingJob
+from cascade.stores import open_store
+from cascade.events.bus import open_bus
+from cascade.events.envelope import new_event
+from cascade.functions.training import records
+from cascade.functions.training.env import worker_env
+from cascade.functions.training.job import TrainingJob
+from cascade.core.ports import free_ports
 
 SOURCE = "/cascade/backends/local"
-
-
-def free_ports(count: int) -> int:
-    """A base port with ``count`` free ports after it (good enough on one machine)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + count < 65000:
-            return base
-    raise RuntimeError("no free ports")
 
 
 class Supervisor:

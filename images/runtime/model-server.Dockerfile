@@ -4,4 +4,4 @@ COPY . /opt/cascade
 RUN python3 -m pip install /opt/cascade
 USER 1000
 EXPOSE 8080
-CMD ["python", "-m", "serving.modelserver"]
+CMD ["python", "-m", "cascade.serving.modelserver"]

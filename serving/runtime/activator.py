@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from serving.inference import ModelRoutes, Route, parse_path
-from serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
-from serving.runtime.policy import ScalingPolicy
-from serving.runtime.service import Overloaded, Service
+from cascade.serving.inference import ModelRoutes, Route, parse_path
+from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
+from cascade.serving.runtime.policy import ScalingPolicy
+from cascade.serving.runtime.service import Overloaded, Service
 
 log = logging.getLogger("cascade.runtime")
 Scope = dict[str, Any]
@@ -126,7 +126,7 @@ class Runtime:
             if name in self.services:
                 await self.remove(name)
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
-            argv = [sys.executable, "-m", "serving.modelserver", "--name", model, "--artifact", spec["artifact"],
+            argv = [sys.executable, "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
                     "--format", spec["format"]]
             service = self.add_command(name, policy, argv, {"CASCADE_MODEL_VERSION": version},
                                        ready_path=f"/v2/models/{model}/ready")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from serving.runtime.policy import ScalingPolicy
+from cascade.serving.runtime.policy import ScalingPolicy
 
 
 class Autoscaler:

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from serving.runtime.template import die_with_parent
+from cascade.serving.runtime.template import die_with_parent
+from cascade.core.ports import free_port
 
 OnReady = Callable[[str], None]
 OnExit = Callable[[str, int], None]
@@ -54,7 +55,7 @@ class TemplateLauncher:
         self._ready = loop.create_future()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "serving.runtime.template", json.dumps(self.config),
+            sys.executable, "-m", "cascade.serving.runtime.template", json.dumps(self.config),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, start_new_session=True)
         self._reader = asyncio.create_task(self._read())
         await self._ready
@@ -122,12 +123,6 @@ class TemplateLauncher:
             await asyncio.wait([self._reader], timeout=5)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class CommandLauncher:
     """Runs ``argv`` per instance with ``$PORT`` set; ready once ``ready_path`` answers 200."""
 
@@ -156,7 +151,7 @@ class CommandLauncher:
         return address
 
     async def _watch(self, instance_id: str, proc: asyncio.subprocess.Process, socket_path: str) -> None:
-        from serving.runtime.upstream import Upstream
+        from cascade.serving.runtime.upstream import Upstream
 
         upstream = Upstream(socket_path)
         while proc.returncode is None:

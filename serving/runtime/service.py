@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from serving.runtime import http11
-from serving.runtime.autoscaler import Autoscaler
-from serving.runtime.launcher import Launcher
-from serving.runtime.policy import ScalingPolicy
-from serving.runtime.upstream import Upstream
+from cascade.serving.runtime import http11
+from cascade.serving.runtime.autoscaler import Autoscaler
+from cascade.serving.runtime.launcher import Launcher
+from cascade.serving.runtime.policy import ScalingPolicy
+from cascade.serving.runtime.upstream import Upstream
 
 State = Literal["starting", "ready", "draining", "gone"]
 

@@ -24,7 +24,7 @@ import sys
 from types import FrameType
 from typing import Any
 
-from serving.runtime.instance import Instance, control
+from cascade.serving.runtime.instance import Instance, control
 
 
 def die_with_parent() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from serving.runtime import http11
+from cascade.serving.runtime import http11
 
 
 class Upstream:

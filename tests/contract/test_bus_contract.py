@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from cascade.core.errors import InvalidEvent
-from events.bindings.kafka import WireRecord
-from events.bus import EventBus, Record
-from events.envelope import new_event
+from cascade.events.bindings.kafka import WireRecord
+from cascade.events.bus import EventBus, Record
+from cascade.events.envelope import new_event
 from tests.conftest import BUS_OPTIONS, bus_url, drain, make_bus, wait_assigned
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from cascade.core.idempotency import Claim, Idempotency, Liveness
-from cascade.core.state import StateStore
-from cascade.core.state_redis import RedisStore
-from cascade.core.state_sqlite import SqliteStore
+from cascade.stores.idempotency import Claim, Idempotency, Liveness
+from cascade.stores import StateStore
+from cascade.stores.redis import RedisStore
+from cascade.stores.sqlite import SqliteStore
 
 
 def twin(store: StateStore) -> StateStore:

@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from events.bus import open_bus
+from cascade.events.bus import open_bus
 
 
 def main() -> None:

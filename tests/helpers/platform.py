@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cascade.cli.timeline import free_port
+from cascade.core.ports import free_port
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 # Scale down within seconds instead of Knative's 60 s window and 30 s grace.

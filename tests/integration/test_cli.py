@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.cli.timeline import free_port
+from cascade.core.ports import free_port
 from tests.helpers.platform import wait_ready
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]

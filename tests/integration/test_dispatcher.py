@@ -13,14 +13,14 @@ import httpx
 import pytest
 from cloudevents.http import CloudEvent
 
-from cascade.core.state import StateStore
-from events.bindings import http as ce_http
-from events.bindings.kafka import WireRecord
-from events.bus import EventBus
-from events.dispatcher import Dispatcher
-from events.dispatcher.deadletters import list_letters, replay
-from events.envelope import new_event
-from events.triggers import Trigger
+from cascade.stores import StateStore
+from cascade.events.bindings import http as ce_http
+from cascade.events.bindings.kafka import WireRecord
+from cascade.events.bus import EventBus
+from cascade.events.dispatcher import Dispatcher
+from cascade.events.dispatcher.deadletters import list_letters, replay
+from cascade.events.envelope import new_event
+from cascade.events.triggers import Trigger
 from tests.conftest import drain, make_bus, make_store
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
 
@@ -214,7 +214,7 @@ def test_bad_records_are_dead_lettered_without_blocking_the_partition(
 
 
 def to_invalid(event: CloudEvent) -> WireRecord:
-    from events.bindings.kafka import to_wire
+    from cascade.events.bindings.kafka import to_wire
 
     wire = to_wire(event)
     return WireRecord(wire.key, wire.headers, json.dumps({"reason": "no job id"}).encode())

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cascade.core.idempotency import Claim, Idempotency
-from cascade.core.state_redis import RedisStore
-from events.envelope import new_event
+from cascade.stores.idempotency import Claim, Idempotency
+from cascade.stores.redis import RedisStore
+from cascade.events.envelope import new_event
 from tests.conftest import KAFKA, REDIS, make_bus
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
 

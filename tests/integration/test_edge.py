@@ -16,12 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from cascade.cli.timeline import free_port
-from events.bus.kafka import KafkaBus
-from events.envelope import new_event
-from serving.artifacts import sha256_of
+from cascade.core.ports import free_port
+from cascade.events.bus.kafka import KafkaBus
+from cascade.events.envelope import new_event
+from cascade.serving.artifacts import sha256_file
 from tests.conftest import KAFKA, make_bus
 from tests.helpers import models
+from cascade.core.hashing import sha256_file
 
 MODEL = f"edge{uuid.uuid4().hex[:6]}"
 
@@ -52,7 +53,7 @@ class Fleet:
 
     def release(self, version: str, artifact: Path, sha: str | None = None) -> float:
         event = new_event("model.released", {"model": MODEL, "version": version, "artifactUri": artifact.as_uri(),
-                                             "sha256": sha or sha256_of(artifact), "format": "torchscript",
+                                             "sha256": sha or sha256_file(artifact), "format": "torchscript",
                                              "targets": {"matchLabels": {"region": "eu"}},
                                              "sampleInput": [[1.0, 1.0, 1.0, 1.0]]},
                           source="/tests", partitionkey=MODEL)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from cascade.core.state_sqlite import SqliteStore
-from functions.training.job import TrainingJob
-from functions.training.kubernetes import KubernetesBackend, phase
+from cascade.stores.sqlite import SqliteStore
+from cascade.functions.training.job import TrainingJob
+from cascade.functions.training.kubernetes import KubernetesBackend, phase
 
 
 class FakeAPIServer:

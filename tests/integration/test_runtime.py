@@ -15,16 +15,16 @@ import httpx
 import pytest
 import uvicorn
 
-from cascade.cli.timeline import free_port
-from events.bindings import http as ce_http
-from events.envelope import new_event
-from serving.runtime.activator import Runtime
-from serving.runtime.policy import ScalingPolicy
-from serving.runtime.service import Service
+from cascade.core.ports import free_port
+from cascade.events.bindings import http as ce_http
+from cascade.events.envelope import new_event
+from cascade.serving.runtime.activator import Runtime
+from cascade.serving.runtime.policy import ScalingPolicy
+from cascade.serving.runtime.service import Service
 
 PROBE = '''
 import os, threading, time
-from events.envelope import new_event
+from cascade.events.envelope import new_event
 _lock = threading.Lock()
 _active = 0
 _max = 0

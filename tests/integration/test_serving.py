@@ -13,8 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
-from cascade.cli.timeline import free_port
-from serving.runtime.activator import Runtime
+from cascade.core.ports import free_port
+from cascade.serving.runtime.activator import Runtime
 from tests.helpers import models
 
 X = [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]]  # y = 2.5 and 2.0 for w = [1, 2, -1, 0.5]

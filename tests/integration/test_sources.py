@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-from cascade.core.state_redis import RedisStore
-from cascade.core.state_sqlite import SqliteStore
-from events.bus import EventBus
-from events.sources.folder import FolderSource
-from events.sources.s3_kafka import S3KafkaSource
+from cascade.stores.redis import RedisStore
+from cascade.stores.sqlite import SqliteStore
+from cascade.events.bus import EventBus
+from cascade.events.sources.folder import FolderSource
+from cascade.events.sources.s3_kafka import S3KafkaSource
 from tests.conftest import drain, make_bus, make_store
 
 
@@ -81,7 +81,7 @@ def test_s3_notifications_on_kafka(tmp_path: Path, topic: str) -> None:
               "Records": [{"eventSource": "minio:s3", "eventName": "s3:ObjectCreated:Put",
                            "s3": {"bucket": {"name": "cats"},
                                   "object": {"key": "a%20b.jpg", "size": 5, "sequencer": "1"}}}]}
-    from events.bindings.kafka import WireRecord
+    from cascade.events.bindings.kafka import WireRecord
 
     bus.append(notifications, [WireRecord(b"cats/a.jpg", (), json.dumps(record).encode()),
                                WireRecord(None, (), b"not json"),

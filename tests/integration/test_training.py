@@ -23,7 +23,7 @@ import httpx
 import pytest
 import torch
 
-from events.bus.kafka import KafkaBus
+from cascade.events.bus.kafka import KafkaBus
 from tests.conftest import KAFKA, REDIS, make_bus
 from tests.helpers.platform import cascade_up
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cascade.core.errors import InvalidInput
-from serving.runtime.autoscaler import Autoscaler
-from serving.runtime.policy import ScalingPolicy, duration
+from cascade.serving.runtime.autoscaler import Autoscaler
+from cascade.serving.runtime.policy import ScalingPolicy, duration
 
 
 def run(scaler: Autoscaler, load: list[tuple[float, float]], start: int = 0, step: float = 1.0) -> list[int]:

@@ -8,9 +8,9 @@ import pytest
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidEvent, SchemaViolation
-from events.bindings import http
-from events.bindings.kafka import STRUCTURED, WireRecord, from_wire, to_wire
-from events.envelope import check_attributes, check_event, follow_up, new_event
+from cascade.events.bindings import http
+from cascade.events.bindings.kafka import STRUCTURED, WireRecord, from_wire, to_wire
+from cascade.events.envelope import check_attributes, check_event, follow_up, new_event
 
 DATA = {"dataset": "cats", "uri": "s3://images/cats/1.jpg", "size": 10, "origin": "aws-s3"}
 

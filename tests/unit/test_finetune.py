@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from cascade.core.errors import InvalidInput
-from cascade.core.matcher import Matcher
-from cascade.core.placement import Inventory
-from functions.finetune import job as finetune
-from functions.finetune.memory import SHAPES, estimate
-from functions.finetune.render import llamafactory, pytorchjob
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory
+from cascade.functions.finetune import job as finetune
+from cascade.functions.finetune.memory import SHAPES, estimate
+from cascade.functions.finetune.render import llamafactory, pytorchjob
 
 SPEC = {"baseModel": "meta-llama/Llama-2-7b", "dataset": "file:///data/chat.jsonl", "method": "lora",
         "outputModel": "chat-7b", "resources": {"accelerator": "1"}}
@@ -75,7 +75,7 @@ def test_pytorchjob_runs_the_same_entrypoint_with_torchrun() -> None:
     assert (r["apiVersion"], r["kind"], r["spec"]["nprocPerNode"]) == ("kubeflow.org/v1", "PyTorchJob", "8")
     assert {k: v["replicas"] for k, v in r["spec"]["pytorchReplicaSpecs"].items()} == {"Master": 1, "Worker": 1}
     c = r["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    assert c["command"] == ["torchrun", "-m", "functions.finetune.entrypoint"]
+    assert c["command"] == ["torchrun", "-m", "cascade.functions.finetune.entrypoint"]
     assert c["image"] == placement["image"] and c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     env = {e["name"]: e["value"] for e in c["env"]}
     assert json.loads(env["CASCADE_HPARAMS"])["method"] == "full"

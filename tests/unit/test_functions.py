@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from cascade.core.errors import InvalidInput
-from functions.render import documents
-from functions.spec import discover, load_function
+from cascade.functions.render import documents
+from cascade.functions.spec import discover, load_function
 
 FUNC = """name: resize
 module: handler

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kserve import V1beta1InferenceService
 
-from serving.kserve import MODEL_FORMATS, inference_service, phase
+from cascade.serving.kserve import MODEL_FORMATS, inference_service, phase
 
 RELEASE = {"model": "cats", "version": "3", "artifactUri": "s3://models/cats/3/model.pt", "sha256": "c" * 64,
            "canaryTrafficPercent": 10}

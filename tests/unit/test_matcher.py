@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from cascade.core import frameworks
-from cascade.core.accelerators import parse, resources
+from cascade.scheduling import frameworks
+from cascade.scheduling.accelerators import parse, resources
 from cascade.core.errors import InvalidInput
-from cascade.core.matcher import Matcher
-from cascade.core.placement import Inventory, Job, NoFit
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory, Job, NoFit
 
 
 @pytest.mark.parametrize("text, count, vendor, model, memory, mig", [

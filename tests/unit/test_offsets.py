@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.bus.offsets import AckTracker
+from cascade.events.bus.offsets import AckTracker
 
 TP = ("t", 0)
 

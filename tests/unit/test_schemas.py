@@ -8,7 +8,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from cascade.core.errors import SchemaViolation, UnknownEventType
-from events import schemas
+from cascade.events import schemas
 
 FAMILIES = ["dataset.uploaded", "dataset.registered", "labels.completed", "job.submitted", "job.started",
             "job.succeeded", "job.failed", "job.cancelled", "finetune.submitted", "model.registered",

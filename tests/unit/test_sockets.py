@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from serving.runtime.service import SUN_PATH_MAX, socket_path
+from cascade.serving.runtime.service import SUN_PATH_MAX, socket_path
 
 
 def test_a_deep_run_dir_gets_a_short_socket_that_binds(tmp_path: Path) -> None:

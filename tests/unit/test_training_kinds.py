@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from cascade.core.accelerators import parse
-from cascade.core.matcher import Matcher
-from cascade.core.placement import Inventory
-from functions.training import kinds
-from functions.training.env import worker_env
-from functions.training.job import TrainingJob
+from cascade.scheduling.accelerators import parse
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory
+from cascade.functions.training import kinds
+from cascade.functions.training.env import worker_env
+from cascade.functions.training.job import TrainingJob
 
 INVENTORY = {"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
                           "nodeLabels": {"gpu-type": "A100"},

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from cascade.core.errors import InvalidInput
-from events.durations import seconds
-from events.expressions import Expression
-from events.triggers import Delivery, Trigger, load_triggers
+from cascade.events.durations import seconds
+from cascade.events.expressions import Expression
+from cascade.events.triggers import Delivery, Trigger, load_triggers
 
 ATTRS = {"type": "io.cascade.dataset.uploaded.v1", "source": "/gw/s3/cats", "subject": "train/a.jpg", "project": "p"}
 DATA = {"size": 2048, "origin": "minio", "tags": ["a", "b"], "meta": {"split": "train"}}

@@ -6,7 +6,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from functions.models import Models
+from cascade.functions.models import Models
 
 _models: Models | None = None
 

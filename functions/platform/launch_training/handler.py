@@ -6,7 +6,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from functions.training.launcher import TrainingLauncher
+from cascade.functions.training.launcher import TrainingLauncher
 
 _launcher: TrainingLauncher | None = None
 

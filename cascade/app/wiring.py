@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cascade.core.settings import Settings
-from cascade.core.state import StateStore, open_store
-from events.bus import EventBus, open_bus
-from events.gateway.tokens import Projects
+from cascade.stores import StateStore, open_store
+from cascade.events.bus import EventBus, open_bus
+from cascade.events.gateway.tokens import Projects
 
 TOKEN_FILE = "token"
 
@@ -22,7 +22,7 @@ def store(settings: Settings) -> StateStore:
 
 def function_dirs(settings: Settings) -> list[Path]:
     """The user's function folders plus the platform's own functions."""
-    from functions.platform import PLATFORM_FUNCTIONS
+    from cascade.functions.platform import PLATFORM_FUNCTIONS
 
     return [*settings.function_paths, PLATFORM_FUNCTIONS]
 

@@ -15,7 +15,7 @@ import threading
 import uuid
 from enum import Enum
 
-from cascade.core.state import StateStore
+from cascade.stores import StateStore
 
 DONE = b"done"
 

@@ -19,18 +19,18 @@ from typing import Any
 
 import uvicorn
 
-from cascade.cli import wiring
+from cascade.app import wiring
 from cascade.core.settings import Settings
-from cascade.core.state import StateStore
-from cascade.cli.dashboard import Dashboard
-from events.bus import EventBus
-from events.dispatcher import Dispatcher
-from events.gateway import create_app
-from events.sources.folder import FolderSource
-from events.triggers import Trigger, load_triggers
-from functions.deploy import register
-from functions.spec import FunctionSpec, discover
-from serving.runtime.activator import Runtime
+from cascade.stores import StateStore
+from cascade.app.dashboard import Dashboard
+from cascade.events.bus import EventBus
+from cascade.events.dispatcher import Dispatcher
+from cascade.events.gateway import create_app
+from cascade.events.sources.folder import FolderSource
+from cascade.events.triggers import Trigger, load_triggers
+from cascade.functions.deploy import register
+from cascade.functions.spec import FunctionSpec, discover
+from cascade.serving.runtime.activator import Runtime
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Platform:
                                            settle=cfg.sources.settle_seconds)
                 threading.Thread(target=self.folder.run, name="folder-source", daemon=True).start()
         if dashboard and cfg.dashboard.port:
-            from functions.training.launcher import backend_for
+            from cascade.functions.training.launcher import backend_for
 
             self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url,
                                        keep=cfg.dashboard.events, logs=lambda job: str(backend_for(cfg, self.state).logs(job)))

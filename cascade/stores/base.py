@@ -1,9 +1,9 @@
-"""The StateStore plug-in point: key/value with TTL, compare-and-set, and indexed records.
+"""The StateStore protocol: key/value with TTL, compare-and-set, and indexed records.
 
 Every plane keeps its small, shared state here: idempotency claims (dispatcher), job and
 model records (functions), API token hashes (gateway). Two implementations ship and pass
-``tests/contract``: Redis (``cascade.core.state_redis``) and SQLite
-(``cascade.core.state_sqlite``, the embedded default). ``open_store`` picks one by URL.
+``tests/contract/test_store_contract.py``: Redis (``cascade.stores.redis``) and SQLite
+(``cascade.stores.sqlite``, the embedded default); ``cascade.stores.open_store`` picks one.
 """
 
 from __future__ import annotations
@@ -55,18 +55,3 @@ class StateStore(Protocol):
 def index_values(doc: Mapping[str, Any], index: Sequence[str]) -> dict[str, str]:
     """The indexed field values of a record (absent or null fields are not indexed)."""
     return {f: str(doc[f]) for f in index if doc.get(f) is not None}
-
-
-def open_store(url: str) -> StateStore:
-    """``sqlite:///abs/state.db``, ``sqlite://relative/state.db`` or ``redis://host:port/db``."""
-    if url.startswith("redis://") or url.startswith("rediss://"):
-        from cascade.core.state_redis import RedisStore
-
-        return RedisStore(url)
-    if url.startswith("sqlite://"):
-        from cascade.core.state_sqlite import SqliteStore
-
-        return SqliteStore(url[len("sqlite://"):])  # sqlite:///abs/path or sqlite://relative/path
-    from cascade.core.errors import InvalidInput
-
-    raise InvalidInput(f"state URL {url!r}: use sqlite:///PATH or redis://HOST:PORT/DB", field="state")

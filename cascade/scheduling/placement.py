@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from cascade.core import accelerators
-from cascade.core.accelerators import AcceleratorRequest
+from cascade.scheduling import accelerators
+from cascade.scheduling.accelerators import AcceleratorRequest
 from cascade.core.errors import InvalidInput
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import redis
 
 from cascade.core.errors import StoreUnavailable
-from cascade.core.state import index_values
+from cascade.stores.base import index_values
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.core.errors import StoreUnavailable
-from cascade.core.state import index_values
+from cascade.stores.base import index_values
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL) WITHOUT ROWID;

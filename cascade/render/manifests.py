@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from cascade.core.frameworks import REGISTRY, VERSION
-from functions.render import KAFKA_BOOTSTRAP, dead_letter_sink, service, trigger
-from functions.spec import FunctionSpec
-from serving.kserve import inference_service
+from cascade.scheduling.frameworks import REGISTRY, VERSION
+from cascade.functions.render import KAFKA_BOOTSTRAP, dead_letter_sink, service, trigger
+from cascade.functions.spec import FunctionSpec
+from cascade.serving.kserve import inference_service
 
 NAMESPACE = "cascade"
 BROKER = "default"

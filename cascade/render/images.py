@@ -1,7 +1,7 @@
 """The layered images and their build matrix under ``images/``, rendered from the framework matrix.
 
 Three layers: a base per accelerator stack (Python and the vendor runtime on a public vendor
-image), a framework layer per (framework, vendor) pair of ``cascade.core.frameworks.MATRIX``
+image), a framework layer per (framework, vendor) pair of ``cascade.scheduling.frameworks.MATRIX``
 (FROM its base), and runtime images for the platform's own processes (FROM the CPU base).
 ``images/matrix.yaml`` lists every image with its Dockerfile and parent, so a CI job can
 build them in order; the matcher's ``image(framework, vendor)`` names the same images.
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from cascade.core.frameworks import BASES, MATRIX, REGISTRY, VERSION, image
+from cascade.scheduling.frameworks import BASES, MATRIX, REGISTRY, VERSION, image
 
 # Public vendor images each base starts from (check tags against the vendor's registry).
 PUBLIC = {"cpu": "python:3.11-slim-bookworm",
@@ -45,7 +45,7 @@ OVERRIDES = {("pytorch", "cuda"): "torch==2.4.1 --extra-index-url https://downlo
              ("tensorflow", "xpu"): "tensorflow==2.15.1 intel-extension-for-tensorflow[xpu]",
              ("deepspeed", "gaudi"): "git+https://github.com/HabanaAI/DeepSpeed.git@1.18.0"}
 RUNTIMES = {"gateway": ["cascade", "gateway"], "dispatcher": ["cascade", "dispatcher"],
-            "function-runtime": ["cascade", "functions", "serve"], "model-server": ["python", "-m", "serving.modelserver"]}
+            "function-runtime": ["cascade", "functions", "serve"], "model-server": ["python", "-m", "cascade.serving.modelserver"]}
 
 
 def base_image(base: str) -> str:

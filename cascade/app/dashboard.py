@@ -23,11 +23,12 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from cascade.cli.common import runtime_admin
 from cascade.core.errors import CascadeError
-from cascade.core.state import StateStore
-from events.bus import EventBus, Record
-from events.dispatcher.service import trigger_lag
-from events.triggers import Trigger
-from serving.registry import Registry
+from cascade.stores import StateStore
+from cascade.events.bus import EventBus, Record
+from cascade.events.dispatcher.service import trigger_lag
+from cascade.events.triggers import Trigger
+from cascade.serving.registry import Registry
+from cascade.core.versions import version_key
 
 PAGE = Path(__file__).with_name("dashboard.html")
 HEARTBEAT = "io.cascade.edge.heartbeat.v1"
@@ -103,7 +104,7 @@ class Dashboard:
                              **{k: int(stats.get(k, 0)) for k in ("delivered", "retried", "dead_lettered", "in_flight")}})
         jobs = sorted(self.state.find_records("job"), key=lambda j: str(j.get("submitted", "")), reverse=True)[:50]
         models = [{"model": name, "versions": [{k: v.get(k, "") for k in ("version", "stage", "format", "metrics")}
-                                               for v in sorted(versions, key=lambda v: str(v["version"]).zfill(8))]}
+                                               for v in sorted(versions, key=lambda v: version_key(v["version"]))]}
                   for name, versions in sorted(Registry(self.state).models().items())]
         with self._lock:
             events, counts, edges = list(self.events), dict(self.counts), dict(self.edges)

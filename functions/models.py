@@ -9,20 +9,17 @@ cache and deployed to the local runtime (or as a KServe InferenceService); the a
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import httpx
 from cloudevents.http import CloudEvent
 
-from cascade.core.errors import CascadeError
 from cascade.core.settings import Settings
 from cascade.stores import open_store
 from cascade.events.envelope import follow_up
 from cascade.events.expressions import Expression
-from cascade.serving import artifacts
+from cascade.serving.targets import DeployFailed, DeployTarget, Release, open_target
 from cascade.serving.registry import Registry
 from cascade.core.hashing import sha256_file
 
@@ -35,6 +32,14 @@ class Models:
         self.cfg = cfg or Settings()
         self.store = open_store(self.cfg.state_url)
         self.registry = Registry(self.store)
+        self._target: DeployTarget | None = None
+
+    @property
+    def target(self) -> DeployTarget:
+        """Opened on first use: release-model never needs one."""
+        if self._target is None:
+            self._target = open_target(self.cfg)
+        return self._target
 
     # -- release-model --------------------------------------------------------------------
     def on_succeeded(self, event: CloudEvent) -> list[CloudEvent]:
@@ -89,67 +94,18 @@ class Models:
     # -- deploy-model ---------------------------------------------------------------------
     def on_released(self, event: CloudEvent) -> CloudEvent:
         d: dict[str, Any] = event.get_data() or {}
-        model, version = str(d["model"]), str(d["version"])
-
-        def failed(reason: str, serving: list[str] | None = None) -> CloudEvent:
-            body: dict[str, Any] = {"model": model, "version": version, "target": "local", "reason": reason[:2000]}
-            if serving:
-                body["serving"] = serving[0]
-            return follow_up(event, "model.deploy_failed", body, source=SOURCE_DEPLOY, partitionkey=model,
-                             subject=f"{model}:{version}")
-
-        if self.cfg.serving.target == "kserve":
-            return self.to_kserve(event, d, failed)
-        started = time.monotonic()
+        release = Release.from_event_data(d, str(event.get("project") or "default"))
+        head = {"model": release.model, "version": release.version, "target": self.target.name}
         try:
-            local = artifacts.fetch(str(d["artifactUri"]), str(d["sha256"]), self.cfg.model_cache)
-        except CascadeError as exc:
-            return failed(str(exc))
-        fetched = time.monotonic() - started
-        url = f"{self.cfg.runtime_url}/_runtime/models/{model}/versions/{version}"
-        body: dict[str, Any] = {"artifact": str(local), "format": d["format"], "annotations": self.cfg.serving.annotations}
-        if d.get("canaryTrafficPercent") is not None:
-            body["canaryTrafficPercent"] = d["canaryTrafficPercent"]
-        try:
-            reply = httpx.put(url, json=body, timeout=300)
-        except httpx.HTTPError as exc:
-            return failed(f"runtime unreachable at {url}: {exc}")
-        answer = reply.json()
-        if reply.status_code != 200:
-            return failed(f"{answer.get('message', reply.text)}: {answer.get('log', '')[-800:]}", answer.get("serving"))
-        data = {"model": model, "version": version, "target": "local",
-                "endpoint": f"{self.cfg.runtime_url}/v1/models/{model}:predict",
-                "timings": {"download": round(fetched, 3), "load": float(answer.get("loadSeconds", 0.0))}}
-        return follow_up(event, "model.deployed", data, source=SOURCE_DEPLOY, partitionkey=model,
-                         subject=f"{model}:{version}")
-
-    def to_kserve(self, event: CloudEvent, d: dict[str, Any], failed: Any) -> CloudEvent:
-        """Server-side apply an InferenceService and watch its Ready condition."""
-        from kubernetes import config as kube_config
-
-        from cascade.serving import kserve
-
-        model, version = str(d["model"]), str(d["version"])
-        namespace = f"{self.cfg.training.namespace_prefix}{event.get('project') or 'default'}"
-        live = [v for v in self.registry.versions(model) if v.get("stage") == "released" and v["version"] != version]
-        resource = kserve.inference_service(d, namespace, previous_live=bool(live))
-        api = kube_config.new_client_from_config()  # type: ignore[no-untyped-call]
-        started = time.monotonic()
-        try:
-            kserve.apply(api, resource)
-            while time.monotonic() - started < 600:
-                from kubernetes import client as k8s
-
-                state = kserve.phase(k8s.CustomObjectsApi(api).get_namespaced_custom_object(  # type: ignore[arg-type]
-                    kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL, model))
-                if state != "pending":
-                    break
-                time.sleep(2)
-        except Exception as exc:  # the API server's answer is the reason
-            return failed(f"applying InferenceService {namespace}/{model}: {exc}")  # type: ignore[no-any-return]
-        if state != "ready":
-            return failed(f"InferenceService {namespace}/{model} is {state}")  # type: ignore[no-any-return]
-        data = {"model": model, "version": version, "target": "kserve",
-                "timings": {"ready": round(time.monotonic() - started, 3)}}
-        return follow_up(event, "model.deployed", data, source=SOURCE_DEPLOY, partitionkey=model,
-                         subject=f"{model}:{version}")
+            deployed = self.target.deploy(release)
+        except DeployFailed as exc:
+            body: dict[str, Any] = {**head, "reason": str(exc)[:2000]}
+            if exc.serving:
+                body["serving"] = exc.serving
+            return follow_up(event, "model.deploy_failed", body, source=SOURCE_DEPLOY, partitionkey=release.model,
+                             subject=f"{release.model}:{release.version}")
+        data: dict[str, Any] = {**head, "timings": dict(deployed.timings)}
+        if deployed.endpoint:
+            data["endpoint"] = deployed.endpoint
+        return follow_up(event, "model.deployed", data, source=SOURCE_DEPLOY, partitionkey=release.model,
+                         subject=f"{release.model}:{release.version}")

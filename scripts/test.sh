@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need into .venv, starts the real
 # Kafka and Redis (scripts/services.sh), installs Debian's Chromium for the dashboard's
-# browser test, and runs the whole test suite. Extra arguments go
-# to pytest (e.g. scripts/test.sh tests/unit -x).
+# browser test, checks layers and types against the built wheel (scripts/check.sh; only
+# without arguments), and runs the whole test suite. Extra arguments go to pytest
+# (e.g. scripts/test.sh tests/unit -x).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,5 +17,8 @@ scripts/services.sh start
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   echo "test.sh: installing Debian's chromium and chromium-driver for the dashboard's browser test"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null
+fi
+if [ $# -eq 0 ]; then
+  scripts/check.sh  # layers and strict typing, once, against the installed wheel
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -3,7 +3,8 @@
 ``serving.kserve.io/deploymentMode: Knative`` with ``minReplicas: 0`` (the default mode since
 0.16, Standard, cannot reach zero without KEDA); ``modelFormat`` and ``storageUri`` from the
 release; resources and placement from the accelerator matcher; ``canaryTrafficPercent`` when
-a previous version is live. ``apply`` server-side applies it; ``phase`` reads its Ready condition.
+a previous version is live; ``phase`` reads its Ready condition. Pure functions: applying it
+is the KServe deploy target's job (``cascade.serving.targets.kserve``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from kserve import (
     V1beta1PredictorSpec,
 )
 from kserve.api_client import ApiClient as KServeApiClient
-from kubernetes import client as k8s
 
 # Registry formats -> KServe modelFormat names (what the serving runtimes declare).
 MODEL_FORMATS = {"torchscript": "pytorch", "pytorch": "pytorch", "sklearn": "sklearn", "xgboost": "xgboost",
@@ -49,14 +49,6 @@ def inference_service(release: dict[str, Any], namespace: str, *, placement: dic
                   "annotations": {"serving.kserve.io/deploymentMode": "Knative", "cascade.io/sha256": release["sha256"]}},
         spec=V1beta1InferenceServiceSpec(predictor=predictor))
     return cast(dict[str, Any], KServeApiClient().sanitize_for_serialization(isvc))
-
-
-def apply(api: k8s.ApiClient, resource: dict[str, Any]) -> dict[str, Any]:
-    meta = resource["metadata"]
-    result = k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], resource, field_manager="cascade", force=True,
-        _content_type="application/apply-patch+yaml")
-    return cast(dict[str, Any], result)
 
 
 def phase(resource: dict[str, Any]) -> str:

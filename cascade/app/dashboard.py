@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
-from cascade.cli.common import runtime_admin
+from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
 from cascade.stores import StateStore
 from cascade.events.bus import EventBus, Record

@@ -13,16 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
-
 from cascade.app import wiring
-from cascade.core.settings import Settings
-from cascade.stores import StateStore
 from cascade.app.dashboard import Dashboard
+from cascade.core.asgi import ServerThread, wait_started
+from cascade.core.settings import Settings
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher import Dispatcher
 from cascade.events.gateway import create_app
@@ -30,7 +27,10 @@ from cascade.events.sources.folder import FolderSource
 from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
 from cascade.functions.spec import FunctionSpec, discover
+from cascade.functions.training.backends import open_backend
+from cascade.functions.training.watch import JobWatcher
 from cascade.serving.runtime.activator import Runtime
+from cascade.stores import StateStore
 
 
 @dataclass
@@ -41,9 +41,9 @@ class Platform:
     functions: list[FunctionSpec]
     triggers: list[Trigger]
     token: str | None = None
-    servers: list[uvicorn.Server] = field(default_factory=list)
-    threads: list[threading.Thread] = field(default_factory=list)
+    servers: list[ServerThread] = field(default_factory=list)
     dispatcher: Dispatcher | None = None
+    watcher: JobWatcher | None = None
     folder: FolderSource | None = None
     dashboard: Dashboard | None = None
 
@@ -58,11 +58,7 @@ class Platform:
         return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state))
 
     def _serve(self, app: Any, host: str, port: int, name: str) -> None:
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
-        thread = threading.Thread(target=server.run, name=name, daemon=True)
-        thread.start()
-        self.servers.append(server)
-        self.threads.append(thread)
+        self.servers.append(ServerThread(app, host, port, name=name).begin())
 
     def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True,
               dashboard: bool = True) -> None:
@@ -83,19 +79,19 @@ class Platform:
                                            settle=cfg.sources.settle_seconds)
                 threading.Thread(target=self.folder.run, name="folder-source", daemon=True).start()
         if dashboard and cfg.dashboard.port:
-            from cascade.functions.training.launcher import backend_for
-
             self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url,
-                                       keep=cfg.dashboard.events, logs=lambda job: str(backend_for(cfg, self.state).logs(job)))
+                                       keep=cfg.dashboard.events, logs=lambda job: str(open_backend(cfg, self.state).logs(job)))
             self.dashboard.start()
             self._serve(self.dashboard.app(), cfg.gateway.host, cfg.dashboard.port, "dashboard")
-        deadline = time.monotonic() + 60
-        while not all(s.started for s in self.servers):
-            if any(not t.is_alive() for t in self.threads) or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("a server did not start (is its port in use?)")
-            time.sleep(0.02)
+        try:
+            wait_started(self.servers)
+        except RuntimeError:
+            self.stop()
+            raise
         if dispatcher:
+            self.watcher = JobWatcher(open_backend(cfg, self.state), self.bus, cfg.bus.topic,
+                                      interval=cfg.training.watch_seconds)
+            self.watcher.start()
             self.dispatcher = Dispatcher(self.bus, self.state, self.triggers, topic=cfg.bus.topic,
                                          resolve=cfg.function_url)
             self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None, metrics_host=cfg.gateway.host)
@@ -106,21 +102,23 @@ class Platform:
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
         while not done.wait(0.5):
-            if any(not t.is_alive() for t in self.threads):
+            if any(not s.alive for s in self.servers):
                 break
 
     def _halt(self, names: tuple[str, ...]) -> None:
-        picked = [(s, t) for s, t in zip(self.servers, self.threads) if t.name in names]
-        for server, _ in picked:
-            server.should_exit = True
-        for _, thread in picked:
-            thread.join(60)
+        picked = [s for s in self.servers if s.name in names]
+        for server in picked:
+            server.request_stop()
+        for server in picked:
+            server.stop()
 
     def stop(self) -> None:
         """Stop taking events first, then deliveries (unacknowledged ones come back), then serving."""
         if self.folder is not None:
             self.folder.stop()
         self._halt(("gateway",))
+        if self.watcher is not None:
+            self.watcher.stop()
         if self.dispatcher is not None:
             self.dispatcher.stop()
         self._halt(("runtime", "dashboard"))

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from cascade.app import wiring
-from cascade.cli.common import app, console, fail, runtime_admin, settings
+from cascade.cli.common import app, console, fail, settings
+from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
 
 

@@ -88,9 +88,9 @@ def jobs_ls(
 
 
 def _backend(cfg: Settings) -> Any:
-    from cascade.functions.training.launcher import backend_for
+    from cascade.functions.training.backends import open_backend
 
-    return backend_for(cfg, wiring.store(cfg))
+    return open_backend(cfg, wiring.store(cfg))
 
 
 @jobs_app.command("logs")

@@ -46,16 +46,6 @@ def settings(*, bus: str | None = None, state: str | None = None) -> Settings:
     return cfg
 
 
-def runtime_admin(runtime_url: str, path: str, timeout: float = 2.0) -> Any:
-    """What the function runtime's admin API answers at ``path`` (``/_runtime/...``), or None when it does not."""
-    import httpx
-
-    try:
-        return httpx.get(runtime_url + path, timeout=timeout).json()
-    except (httpx.HTTPError, ValueError):
-        return None
-
-
 def load_data(data: str) -> Any:
     text = Path(data[1:]).read_text() if data.startswith("@") else data
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.cli.common import runtime_admin
+from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
 from cascade.events.bus import EventBus
 

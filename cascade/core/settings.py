@@ -82,6 +82,8 @@ class TrainingSettings(BaseModel):
     """Kubernetes namespace of a project's jobs: prefix + project name."""
     artifacts: Path | None = None
     """Artifact root of the local backend; empty means CASCADE_HOME/artifacts."""
+    watch_seconds: float = 10.0
+    """How often ``cascade up`` compares unfinished jobs with where they run and publishes what changed."""
 
 
 class ServingSettings(BaseModel):

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime, timezone
 from typing import Any
 
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput, NotFound
 from cascade.stores import StateStore
-from cascade.events import schemas
+from cascade.events import jobrecords, schemas
 from cascade.events.envelope import new_event
 from cascade.events.gateway.errors import Forbidden
 
 KINDS = {"training": ("trainingjob.v1", "job.submitted"), "finetune": ("finetunejob.v1", "finetune.submitted")}
-INDEX = ("project", "status", "kind")
 
 
 class Jobs:
@@ -45,26 +43,22 @@ class Jobs:
             job_id = "job-" + hashlib.sha256(f"{project}\x00{idempotency_key}".encode()).hexdigest()[:16]
         else:
             job_id = "job-" + uuid.uuid4().hex[:16]
-        existing = self.store.get_record("job", job_id)
+        existing = jobrecords.get(self.store, job_id)
         event = new_event(family, {"jobId": job_id, "project": project, "spec": spec}, source="/cascade/api/jobs",
                           id=f"submit-{job_id}", subject=job_id, partitionkey=job_id, extensions={"project": project})
         if existing:
             return existing, event, False
-        now = datetime.now(timezone.utc).isoformat()
-        job = {"id": job_id, "kind": kind, "project": project, "status": "submitted", "spec": spec,
-               "submitted": now, "history": [{"status": "submitted", "time": now}]}
-        self.store.put_record("job", job_id, job, index=INDEX)
-        return job, event, True
+        return jobrecords.create(self.store, job_id, kind, project, spec), event, True
 
     def forget(self, job_id: str) -> None:
-        self.store.delete_record("job", job_id)
+        jobrecords.forget(self.store, job_id)
 
     def get(self, project: str, job_id: str) -> dict[str, Any]:
-        job = self.store.get_record("job", job_id)
+        job = jobrecords.get(self.store, job_id)
         if job is None or job.get("project") != project:
             raise NotFound(f"no job {job_id!r} in project {project!r}")
         return job
 
     def list(self, project: str, status: str | None = None) -> list[dict[str, Any]]:
         where = {"project": project} if status is None else {"project": project, "status": status}
-        return self.store.find_records("job", **where)
+        return jobrecords.find(self.store, **where)

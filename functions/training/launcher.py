@@ -21,24 +21,13 @@ from cascade.scheduling.placement import Inventory
 from cascade.core.settings import Settings
 from cascade.stores import StateStore, open_store
 from cascade.events.envelope import PROPAGATED, follow_up
-from cascade.functions.training import records
+from cascade.events import jobrecords as records
 from cascade.functions.training.job import TrainingJob
-from cascade.functions.training.local import LocalBackend
+from cascade.functions.training.backends import TrainingBackend, open_backend
 
 SOURCE = "/cascade/functions/launch-training"
 LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
                                 "nodes": [{"name": "localhost", "cards": 0}]}]}
-
-
-def backend_for(cfg: Settings, store: StateStore) -> Any:
-    if cfg.training.backend == "kubernetes":
-        from kubernetes import config as kube_config
-
-        from cascade.functions.training.kubernetes import KubernetesBackend
-
-        api = kube_config.new_client_from_config()  # type: ignore[no-untyped-call]
-        return KubernetesBackend(api, store, cfg.training.namespace_prefix)
-    return LocalBackend(cfg.artifact_root, store, cfg.export())
 
 
 class TrainingLauncher:
@@ -47,7 +36,7 @@ class TrainingLauncher:
         self.store = open_store(self.cfg.state_url)
         path = self.cfg.training.inventory
         self.matcher = Matcher(Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
-        self.backend = backend_for(self.cfg, self.store)
+        self.backend: TrainingBackend = open_backend(self.cfg, self.store)
 
     def handle(self, event: CloudEvent) -> CloudEvent | None:
         if event["type"] == "io.cascade.labels.completed.v1":

@@ -24,7 +24,7 @@ from cascade.core.settings import Settings
 from cascade.stores import open_store
 from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
-from cascade.functions.training import records
+from cascade.events import jobrecords as records
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
 from cascade.core.ports import free_ports

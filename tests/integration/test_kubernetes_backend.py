@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 
 from cascade.stores.sqlite import SqliteStore
 from cascade.functions.training.job import TrainingJob
-from cascade.functions.training.kubernetes import KubernetesBackend, phase
+from cascade.functions.training.backends.kubernetes import KubernetesBackend, phase
 
 
 class FakeAPIServer:

@@ -24,24 +24,24 @@ def test_every_module_says_why_it_exists() -> None:
     assert missing == []
 
 
-def test_the_wheel_lists_every_package_under_one_root() -> None:
-    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert tool["package-dir"] == PACKAGE_DIRS
-    found = set()
+def _packages() -> dict[str, Path]:
+    """Every package the repository's folders hold, by import name, with its folder."""
+    found = {}
     for name, folder in PACKAGE_DIRS.items():
         for path in (ROOT / folder).rglob("*.py"):
             if "__pycache__" not in path.parts:
                 rel = path.parent.relative_to(ROOT / folder)
-                found.add(".".join([name, *rel.parts]))
-    assert set(tool["packages"]) == found
-    assert all(p == "cascade" or p.startswith("cascade.") for p in tool["packages"])
+                found[".".join([name, *rel.parts])] = path.parent
+    return found
+
+
+def test_the_wheel_lists_every_package_and_data_file_under_one_root() -> None:
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"] == PACKAGE_DIRS
+    packages = _packages()
+    assert set(tool["packages"]) == set(packages)
     data = tool["package-data"]
-    for name in found:
-        folder = ROOT / PACKAGE_DIRS[next(n for n in sorted(PACKAGE_DIRS, key=len, reverse=True)
-                                          if name == n or name.startswith(n + "."))]
-        sub = name.removeprefix(next(n for n in sorted(PACKAGE_DIRS, key=len, reverse=True)
-                                     if name == n or name.startswith(n + "."))).strip(".")
-        path = folder.joinpath(*sub.split(".")) if sub else folder
-        extra = {p.suffix for p in path.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")}
-        for suffix in extra:
-            assert any(pattern.endswith(suffix) for pattern in data.get(name, [])), f"{name}: *{suffix} not shipped"
+    for name, folder in packages.items():
+        for item in folder.iterdir():
+            if item.is_file() and item.suffix not in (".py", ".pyc"):
+                assert any(item.match(pattern) for pattern in data.get(name, [])), f"{item} is not shipped"

@@ -8,14 +8,17 @@ conditions (Kubeflow ``Succeeded``/``Failed``, Volcano ``state.phase``, RayJob
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client as k8s
 
 from cascade.core.errors import NotFound, RetryableError
-from cascade.stores import StateStore
-from cascade.functions.training import kinds, records
+from cascade.events import jobrecords as records
+from cascade.functions.training import kinds
+from cascade.functions.training.backends.base import Change
 from cascade.functions.training.job import TrainingJob
+from cascade.stores import StateStore
 
 FIELD_MANAGER = "cascade"
 
@@ -26,7 +29,7 @@ def _group_version(api_version: str) -> tuple[str, str]:
 
 
 def phase(resource: dict[str, Any]) -> str:
-    """'running', 'succeeded' or 'failed' from any of the operators' status shapes."""
+    """'running', 'succeeded' or 'failed' from any of the operators' status shapes (no status yet: running)."""
     status = resource.get("status") or {}
     for condition in reversed(status.get("conditions") or []):
         if condition.get("status") == "True" and condition.get("type") in ("Succeeded", "Failed"):
@@ -59,10 +62,11 @@ class KubernetesBackend:
             raise RetryableError(f"apply {resource['kind']} {meta['name']}: {exc.status} {exc.reason}") from exc
         return cast(dict[str, Any], result)
 
-    def launch(self, job: TrainingJob, extensions: dict[str, str]) -> None:
+    def launch(self, job: TrainingJob, extensions: Mapping[str, str]) -> None:
         resource = kinds.render(job, self.namespace(job.project))
         self.apply(resource)
         records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement,
+                       project=job.project, spec=job.spec, extensions=dict(extensions),
                        resource={"apiVersion": resource["apiVersion"], "kind": resource["kind"],
                                  "namespace": resource["metadata"]["namespace"], "name": resource["metadata"]["name"]})
 
@@ -72,17 +76,59 @@ class KubernetesBackend:
             raise NotFound(f"no Kubernetes job {job_id!r}")
         return dict(record["resource"])
 
-    def status(self, job_id: str) -> str:
-        r = self._resource(job_id)
+    def _get(self, r: dict[str, str]) -> dict[str, Any] | None:
         group, version = _group_version(r["apiVersion"])
-        obj = self.custom.get_namespaced_custom_object(group, version, r["namespace"], kinds.plural(r["kind"]), r["name"])
-        return phase(cast(dict[str, Any], obj))
+        try:
+            obj = self.custom.get_namespaced_custom_object(group, version, r["namespace"], kinds.plural(r["kind"]),
+                                                           r["name"])
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise RetryableError(f"get {r['kind']} {r['name']}: {exc.status} {exc.reason}") from exc
+        return cast(dict[str, Any], obj)
+
+    def status(self, job_id: str) -> str:
+        record = self.store.get_record("job", job_id) or {}
+        if record.get("status") == "cancelled":
+            return "cancelled"
+        obj = self._get(self._resource(job_id))
+        return "failed" if obj is None else phase(obj)
 
     def cancel(self, job_id: str) -> None:
         r = self._resource(job_id)
+        if (self.store.get_record("job", job_id) or {}).get("status") in records.FINAL:
+            return
         group, version = _group_version(r["apiVersion"])
-        self.custom.delete_namespaced_custom_object(group, version, r["namespace"], kinds.plural(r["kind"]), r["name"])
+        try:
+            self.custom.delete_namespaced_custom_object(group, version, r["namespace"], kinds.plural(r["kind"]),
+                                                        r["name"])
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise RetryableError(f"delete {r['kind']} {r['name']}: {exc.status} {exc.reason}") from exc
         records.update(self.store, job_id, "cancelled", reason="deleted on request")
+
+    def reconcile(self) -> list[Change]:
+        changes = []
+        for record in self.store.find_records("job", backend=self.name):
+            if record.get("status") in records.FINAL or "resource" not in record:
+                continue
+            r = record["resource"]
+            obj = self._get(r)
+            now = "failed" if obj is None else phase(obj)
+            if now == record.get("status") or (now == "running" and obj is not None and not obj.get("status")):
+                continue
+            data: dict[str, Any]
+            if now == "succeeded":
+                data = {"artifactUri": str(record.get("artifactUri") or f"k8s://{r['namespace']}/{r['name']}"),
+                        "framework": str((record.get("spec") or {}).get("framework", ""))}
+            elif now == "failed":
+                data = {"reason": "the job's resource was deleted" if obj is None
+                        else f"{r['kind']} {r['name']} reports Failed"}
+            else:
+                data = {"backend": self.name, "kind": r["kind"], "placement": record.get("placement") or {}}
+            records.update(self.store, record["id"], now, **({"reason": data["reason"]} if "reason" in data else {}))
+            changes.append(Change(record["id"], now, data, record.get("extensions") or {}))
+        return changes
 
     def logs(self, job_id: str) -> str:
         r = self._resource(job_id)

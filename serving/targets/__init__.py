@@ -1,0 +1,23 @@
+"""The deploy target plug-in point: the protocol (``base``), one module per target, one factory."""
+
+from __future__ import annotations
+
+from cascade.core.errors import InvalidInput
+from cascade.core.settings import Settings
+from cascade.serving.targets.base import Deployed, DeployFailed, DeployTarget, Release
+
+__all__ = ["DeployFailed", "DeployTarget", "Deployed", "Release", "open_target"]
+
+
+def open_target(cfg: Settings) -> DeployTarget:
+    """The target ``cfg.serving.target`` names."""
+    if cfg.serving.target == "kserve":
+        from cascade.core.kube import api_client
+        from cascade.serving.targets.kserve import KServeTarget
+
+        return KServeTarget(api_client(), cfg.training.namespace_prefix)
+    if cfg.serving.target == "local":
+        from cascade.serving.targets.local import LocalTarget
+
+        return LocalTarget(cfg.runtime_url, cfg.model_cache, cfg.serving.annotations)
+    raise InvalidInput(f"deploy target {cfg.serving.target!r}: use local or kserve", field="serving.target")

@@ -1,0 +1,67 @@
+"""The DeployTarget protocol: where a released model version is made to serve.
+
+Two implementations ship and pass ``tests/contract/test_deploy_target_contract.py``: ``local``
+(the runtime's scale-to-zero model servers) and ``kserve`` (an InferenceService, applied
+server-side). ``deploy-model`` turns a ``model.released`` into a :class:`Release`, asks the
+target, and answers ``model.deployed`` or ``model.deploy_failed`` from what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cascade.core.errors import PermanentError
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a ``model.released`` event asks for."""
+
+    model: str
+    version: str
+    artifact_uri: str
+    sha256: str
+    format: str
+    project: str = "default"
+    canary_percent: int | None = None
+
+    @classmethod
+    def from_event_data(cls, data: Mapping[str, Any], project: str = "default") -> Release:
+        canary = data.get("canaryTrafficPercent")
+        return cls(str(data["model"]), str(data["version"]), str(data["artifactUri"]), str(data["sha256"]),
+                   str(data["format"]), project, None if canary is None else int(canary))
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A version that answers: where, and how long each step took (seconds)."""
+
+    target: str
+    endpoint: str | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+
+class DeployFailed(PermanentError):
+    """The version does not serve; the previous one (if any) keeps its traffic."""
+
+    def __init__(self, reason: str, serving: str | None = None) -> None:
+        super().__init__(reason)
+        self.serving = serving  # the version that still answers, if any
+
+
+class DeployTarget(Protocol):
+    name: str
+
+    def deploy(self, release: Release) -> Deployed:
+        """Make ``release`` serve (its canary share, if any); raise DeployFailed with the reason."""
+        ...
+
+    def serving(self, model: str) -> dict[str, int]:
+        """The versions of ``model`` that take traffic, with their percent (empty: not served)."""
+        ...
+
+    def restore(self, releases: list[Release]) -> list[str]:
+        """After a restart: make the released versions serve again; the ``model:version`` that failed."""
+        ...

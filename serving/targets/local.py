@@ -1,0 +1,70 @@
+"""The local deploy target: fetch the artifact into the checksum cache, load it in the runtime.
+
+The runtime (``PUT /_runtime/models/<model>/versions/<version>``) answers once the model
+server has loaded the version, so ``deploy`` returns only for a version that answers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cascade.core.errors import CascadeError
+from cascade.serving import artifacts
+from cascade.serving.targets.base import Deployed, DeployFailed, Release
+
+
+class LocalTarget:
+    name = "local"
+
+    def __init__(self, runtime_url: str, cache: Path, annotations: Mapping[str, str] | None = None, *,
+                 timeout: float = 300.0) -> None:
+        self.runtime_url, self.cache, self.timeout = runtime_url.rstrip("/"), cache, timeout
+        self.annotations = dict(annotations or {})
+
+    def deploy(self, release: Release) -> Deployed:
+        started = time.monotonic()
+        try:
+            local = artifacts.fetch(release.artifact_uri, release.sha256, self.cache)
+        except CascadeError as exc:
+            raise DeployFailed(str(exc)) from exc
+        fetched = time.monotonic() - started
+        url = f"{self.runtime_url}/_runtime/models/{release.model}/versions/{release.version}"
+        body: dict[str, Any] = {"artifact": str(local), "format": release.format, "annotations": self.annotations}
+        if release.canary_percent is not None:
+            body["canaryTrafficPercent"] = release.canary_percent
+        try:
+            reply = httpx.put(url, json=body, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise DeployFailed(f"runtime unreachable at {url}: {exc}") from exc
+        try:
+            answer = reply.json()
+        except ValueError:
+            answer = {"message": reply.text}
+        if reply.status_code != 200:
+            still = answer.get("serving") or []
+            raise DeployFailed(f"{answer.get('message', reply.text)}: {str(answer.get('log', ''))[-800:]}",
+                               str(still[0]) if still else None)
+        return Deployed(self.name, f"{self.runtime_url}/v1/models/{release.model}:predict",
+                        {"download": round(fetched, 3), "load": float(answer.get("loadSeconds", 0.0))})
+
+    def serving(self, model: str) -> dict[str, int]:
+        try:
+            reply = httpx.get(f"{self.runtime_url}/_runtime/models", timeout=10)
+        except httpx.HTTPError:
+            return {}
+        routes = (reply.json() if reply.status_code == 200 else {}).get(model) or []
+        return {str(r["version"]): int(r["percent"]) for r in routes}
+
+    def restore(self, releases: list[Release]) -> list[str]:
+        failed = []
+        for release in releases:
+            try:
+                self.deploy(release)
+            except DeployFailed:
+                failed.append(f"{release.model}:{release.version}")
+        return failed

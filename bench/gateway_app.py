@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 from cascade.core.settings import GatewaySettings
-from cascade.stores.sqlite import SqliteStore
 from cascade.events.bus import open_bus
 from cascade.events.gateway import create_app
 from cascade.events.gateway.tokens import Projects
+from cascade.stores.sqlite import SqliteStore
 
 home = Path(os.environ["CASCADE_BENCH_HOME"])
 store = SqliteStore(home / "state.db")

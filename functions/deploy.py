@@ -10,10 +10,10 @@ import os
 from typing import Any
 
 from cascade.core.errors import InvalidInput
+from cascade.functions.spec import FunctionSpec
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Service
-from cascade.functions.spec import FunctionSpec
 
 
 def secret_env(spec: FunctionSpec) -> dict[str, str]:

@@ -15,21 +15,21 @@ from urllib.parse import unquote, urlparse
 
 from cloudevents.http import CloudEvent
 
+from cascade.core.hashing import sha256_file
 from cascade.core.settings import Settings
-from cascade.stores import open_store
 from cascade.events.envelope import follow_up
 from cascade.events.expressions import Expression
-from cascade.serving.targets import DeployFailed, DeployTarget, Release, open_target
 from cascade.serving.registry import Registry
-from cascade.core.hashing import sha256_file
+from cascade.serving.targets import DeployFailed, DeployTarget, Release, open_target
+from cascade.stores import open_store
 
 SOURCE_RELEASE = "/cascade/functions/release-model"
 SOURCE_DEPLOY = "/cascade/functions/deploy-model"
 
 
 class Models:
-    def __init__(self, cfg: Settings | None = None) -> None:
-        self.cfg = cfg or Settings()
+    def __init__(self, cfg: Settings) -> None:
+        self.cfg = cfg
         self.store = open_store(self.cfg.state_url)
         self.registry = Registry(self.store)
         self._target: DeployTarget | None = None

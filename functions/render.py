@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from cascade.scheduling.frameworks import REGISTRY, VERSION
 from cascade.events.triggers import Trigger
 from cascade.functions.spec import FunctionSpec
+from cascade.scheduling.frameworks import REGISTRY, VERSION
 
 DEFAULT_IMAGE = f"{REGISTRY}/function-runtime:{VERSION}"  # built by images/runtime/function-runtime.Dockerfile
 KAFKA_BOOTSTRAP = "my-cluster-kafka-bootstrap.kafka:9092"

@@ -7,7 +7,6 @@ A checksum mismatch deletes the file and raises, so a corrupted artifact is neve
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlparse

@@ -23,14 +23,14 @@ import httpx
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError, InvalidEvent
-from cascade.stores.sqlite import SqliteStore
+from cascade.core.versions import version_key
 from cascade.events.bus import EventBus
-from cascade.events.envelope import follow_up, new_event
+from cascade.events.envelope import event_type, follow_up, new_event
 from cascade.serving import artifacts
 from cascade.serving.runtime.activator import Runtime
-from cascade.core.versions import version_key
+from cascade.stores.sqlite import SqliteStore
 
-RELEASED = "io.cascade.model.released.v1"
+RELEASED = event_type("model.released")
 
 
 def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:

@@ -28,9 +28,14 @@ GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 
 
 def inference_service(release: dict[str, Any], namespace: str, *, placement: dict[str, Any] | None = None,
-                      previous_live: bool = False, cpu: str = "1", memory: str = "2Gi",
-                      scale_target: int = 10) -> dict[str, Any]:
-    """The InferenceService for a ``model.released`` event's data, as a plain dict."""
+                      previous_live: bool = False, previous_version: str | None = None, cpu: str = "1",
+                      memory: str = "2Gi", scale_target: int = 10) -> dict[str, Any]:
+    """The InferenceService for a ``model.released`` event's data, as a plain dict.
+
+    ``previous_version``: the version live now (recorded in an annotation, so the split a canary
+    makes can be read back from the object); it implies ``previous_live``.
+    """
+    previous_live = previous_live or previous_version is not None
     p = placement or {}
     limits = {"cpu": cpu, "memory": memory, **p.get("limits", {})}
     model = V1beta1ModelSpec(name="kserve-container", model_format=V1beta1ModelFormat(name=MODEL_FORMATS[release["format"]]),
@@ -46,9 +51,24 @@ def inference_service(release: dict[str, Any], namespace: str, *, placement: dic
         metadata={"name": release["model"], "namespace": namespace,
                   "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/model": release["model"],
                              "cascade.io/version": str(release["version"])},
-                  "annotations": {"serving.kserve.io/deploymentMode": "Knative", "cascade.io/sha256": release["sha256"]}},
+                  "annotations": {"serving.kserve.io/deploymentMode": "Knative", "cascade.io/sha256": release["sha256"],
+                                  **({"cascade.io/previous-version": previous_version}
+                                     if previous_version and canary is not None else {})}},
         spec=V1beta1InferenceServiceSpec(predictor=predictor))
     return cast(dict[str, Any], KServeApiClient().sanitize_for_serialization(isvc))
+
+
+def traffic(resource: dict[str, Any]) -> dict[str, int]:
+    """The versions a ready InferenceService sends traffic to, with their percent."""
+    if phase(resource) != "ready":
+        return {}
+    meta = resource.get("metadata") or {}
+    version = str((meta.get("labels") or {}).get("cascade.io/version", ""))
+    previous = (meta.get("annotations") or {}).get("cascade.io/previous-version")
+    canary = ((resource.get("spec") or {}).get("predictor") or {}).get("canaryTrafficPercent")
+    if previous and canary is not None and int(canary) < 100:
+        return {str(previous): 100 - int(canary), version: int(canary)}
+    return {version: 100}
 
 
 def phase(resource: dict[str, Any]) -> str:

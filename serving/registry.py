@@ -13,9 +13,9 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import NotFound
-from cascade.stores import StateStore
-from cascade.events.envelope import new_event
 from cascade.core.versions import version_key
+from cascade.events.envelope import new_event
+from cascade.stores import StateStore
 
 SOURCE = "/cascade/registry"
 INDEX = ("model", "stage")

@@ -14,22 +14,35 @@ from typing import Any
 
 import pytest
 
-from cascade.stores import StateStore
-from cascade.stores.redis import RedisStore
-from cascade.stores.sqlite import SqliteStore
 from cascade.events.bus import Consumer, EventBus, Record
 from cascade.events.bus.embedded import EmbeddedBus
 from cascade.events.bus.kafka import KafkaBus
+from cascade.stores import StateStore
+from cascade.stores.redis import RedisStore
+from cascade.stores.sqlite import SqliteStore
 
 KAFKA = "127.0.0.1:9092"
 REDIS = "redis://127.0.0.1:6379/0"
 FIX = "start it with: scripts/services.sh start"
+KINDS = ("unit", "contract", "integration", "security", "faults", "e2e")
+SLOW_KINDS = ("faults", "e2e")  # every test there starts the platform or kills a service
 
 # Short timeouts so group changes and crashes show up within a test's patience.
 BUS_OPTIONS: dict[str, dict[str, Any]] = {
     "embedded": {"session_timeout": 2.0, "commit_interval": 0.2},
     "kafka": {"session_timeout": 6.0, "commit_interval": 0.2},
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked with its folder (unit, contract, integration, security, faults, e2e)."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        folder = parts[parts.index("tests") + 1] if "tests" in parts else ""
+        if folder in KINDS:
+            item.add_marker(folder)
+            if folder in SLOW_KINDS:
+                item.add_marker("slow")
 
 
 def make_bus(kind: str, tmp_path: Path) -> EventBus:

@@ -21,17 +21,18 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
-from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
-from cascade.stores import StateStore
+from cascade.core.versions import version_key
 from cascade.events.bus import EventBus, Record
 from cascade.events.dispatcher.service import trigger_lag
+from cascade.events.envelope import event_type
 from cascade.events.triggers import Trigger
 from cascade.serving.registry import Registry
-from cascade.core.versions import version_key
+from cascade.serving.runtime.admin import runtime_admin
+from cascade.stores import StateStore
 
 PAGE = Path(__file__).with_name("dashboard.html")
-HEARTBEAT = "io.cascade.edge.heartbeat.v1"
+HEARTBEAT = event_type("edge.heartbeat")
 
 
 class Dashboard:

@@ -1,22 +1,31 @@
-"""Build the platform's parts from settings: the only place that picks implementations."""
+"""Build the platform's parts from settings: the only place that picks implementations.
+
+Imports of the parts happen inside the functions, so a CLI command that needs none of them
+(``cascade version``, ``--help``) does not pay for the web stack and the clients.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cascade.core.settings import Settings
-from cascade.stores import StateStore, open_store
-from cascade.events.bus import EventBus, open_bus
-from cascade.events.gateway.tokens import Projects
+if TYPE_CHECKING:
+    from cascade.core.settings import Settings
+    from cascade.events.bus import EventBus
+    from cascade.stores import StateStore
 
 TOKEN_FILE = "token"
 
 
 def bus(settings: Settings) -> EventBus:
+    from cascade.events.bus import open_bus
+
     return open_bus(settings.bus_url, partitions=settings.bus.partitions, session_timeout=settings.bus.session_timeout)
 
 
 def store(settings: Settings) -> StateStore:
+    from cascade.stores import open_store
+
     return open_store(settings.state_url)
 
 
@@ -39,6 +48,8 @@ def bootstrap_default_project(settings: Settings, state: StateStore) -> str | No
     path = token_path(settings)
     if path.exists():
         return None
+    from cascade.events.gateway.tokens import Projects
+
     projects = Projects(state)
     projects.create_project("default")
     token = projects.create_token("default", "created by cascade up")

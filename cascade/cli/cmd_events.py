@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from cascade.core.settings import Settings
 
 from cascade.app import wiring
 from cascade.cli.common import TriggersOption, app, console, fail, load_data, settings
 from cascade.core.errors import CascadeError
-from cascade.core.settings import Settings
 
 events_app = typer.Typer(help="Look at the events on the bus.", no_args_is_help=True)
 sources_app = typer.Typer(help="Event sources that watch or pull.", no_args_is_help=True)

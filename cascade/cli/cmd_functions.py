@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from cascade.app import wiring
 from cascade.cli.common import app, console, fail, settings
-from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
-
-
+from cascade.serving.runtime.admin import runtime_admin
 
 functions_app = typer.Typer(help="Functions: handlers that scale to zero.", no_args_is_help=True)
 app.add_typer(functions_app, name="functions")

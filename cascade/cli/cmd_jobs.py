@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from cascade.core.settings import Settings
 
 from cascade.app import wiring
 from cascade.cli.common import app, console, fail, load_data, settings
 from cascade.core.errors import CascadeError
-from cascade.core.settings import Settings
-
-
 
 jobs_app = typer.Typer(help="Training jobs: submit, follow, cancel.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")

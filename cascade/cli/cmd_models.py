@@ -12,8 +12,6 @@ from cascade.cli.common import BusOption, app, console, fail, settings
 from cascade.core.errors import CascadeError
 from cascade.core.versions import version_key
 
-
-
 models_app = typer.Typer(help="The model registry: versions, releases.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
@@ -126,6 +124,7 @@ def edge_ls() -> None:
     from rich.table import Table
 
     from cascade.events.dispatcher.deadletters import read_to_end
+    from cascade.events.envelope import event_type
     from cascade.serving.edge import fleet
 
     cfg = settings()
@@ -136,7 +135,7 @@ def edge_ls() -> None:
             event = r.event()
         except CascadeError:
             continue
-        if event["type"] == "io.cascade.edge.heartbeat.v1":
+        if event["type"] == event_type("edge.heartbeat"):
             beats.append(event)
     table = Table("cluster", "labels", "last heartbeat", "serving", "endpoint")
     for name, info in sorted(fleet(beats).items()):

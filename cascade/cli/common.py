@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from cascade.core.settings import Settings
+if TYPE_CHECKING:
+    from cascade.core.settings import Settings
 
 app = typer.Typer(help="Cascade: event-driven, serverless ML.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -36,6 +37,8 @@ TriggersOption = Annotated[Optional[list[Path]], typer.Option("--triggers", help
 
 def settings(*, bus: str | None = None, state: str | None = None) -> Settings:
     """The settings, with a command's --bus and --state (when given) over the configured ones."""
+    from cascade.core.settings import Settings
+
     try:
         cfg = Settings()
     except Exception as exc:  # pydantic's message names the bad variable

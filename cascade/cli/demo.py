@@ -23,8 +23,8 @@ import httpx
 from cloudevents.http import CloudEvent
 
 from cascade.cli.timeline import DemoFailed, Timeline, Watcher, instances, wait_until
-from cascade.core.ports import free_port
 from cascade.core.errors import InvalidInput
+from cascade.core.ports import free_port
 from cascade.core.settings import Settings
 from cascade.events.bus import EventBus
 from cascade.functions.training.launcher import set_policy
@@ -94,7 +94,7 @@ def run(cfg: Settings, bus: EventBus, store: Any, token: str, say: Callable[[str
     watcher = Watcher(bus, cfg.bus.topic, timeline)
     say(f"demo {name}: dataset, labels, training, release, serving, edge, back to zero")
     edge_port = free_port()
-    edge = subprocess.Popen([sys.executable, "-m", "cascade.cli", "edge", "agent", "--cluster", f"edge-{run_id}",
+    edge = subprocess.Popen([sys.executable, "-P", "-m", "cascade.cli", "edge", "agent", "--cluster", f"edge-{run_id}",
                              "--label", f"demo-run={run_id}", "--port", str(edge_port), "--heartbeat", "2"],
                             env={**os.environ, **cfg.export()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

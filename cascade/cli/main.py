@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from cascade.core.settings import Settings
 
 from cascade import __version__
 from cascade.app import wiring
 from cascade.cli.common import BusOption, StateOption, app, fail, settings
 from cascade.core.errors import CascadeError
-from cascade.core.settings import Settings
 
 __all__ = ["app"]  # the console script's entry point: cascade.cli.main:app
 
@@ -167,8 +169,8 @@ def render(
     check: Annotated[bool, typer.Option(help="Write nothing; exit 1 when the files differ from a fresh render.")] = False,
 ) -> None:
     """Regenerate knative/ (kustomize base and example overlay) and images/ (layered Dockerfiles, build matrix)."""
-    from cascade.render import images, manifests
     from cascade.functions.spec import discover
+    from cascade.render import images, manifests
 
     try:
         specs = discover(wiring.function_dirs(settings()))

@@ -7,7 +7,6 @@ looking first at what already arrived. The helpers ask the runtime how many inst
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -16,9 +15,10 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.serving.runtime.admin import runtime_admin
 from cascade.core.errors import CascadeError
 from cascade.events.bus import EventBus
+from cascade.events.envelope import event_type
+from cascade.serving.runtime.admin import runtime_admin
 
 
 class DemoFailed(Exception):
@@ -62,7 +62,7 @@ class Watcher:
 
     def wait(self, kind: str, match: Callable[[CloudEvent, dict[str, Any]], bool], timeout: float,
              detail: Callable[[dict[str, Any]], str] = lambda d: "") -> dict[str, Any]:
-        wanted = f"io.cascade.{kind}.v1"
+        wanted = event_type(kind)
         deadline, checked = time.monotonic() + timeout, 0
         while True:
             for event in self.seen[checked:]:

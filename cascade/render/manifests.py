@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from cascade.scheduling.frameworks import REGISTRY, VERSION
 from cascade.functions.render import KAFKA_BOOTSTRAP, dead_letter_sink, service, trigger
 from cascade.functions.spec import FunctionSpec
+from cascade.scheduling.frameworks import REGISTRY, VERSION
 from cascade.serving.kserve import inference_service
 
 NAMESPACE = "cascade"

@@ -8,7 +8,7 @@ first-fit over nodes, and fractional requests take a whole card.
 from __future__ import annotations
 
 from cascade.scheduling import frameworks
-from cascade.scheduling.placement import Flavor, Inventory, Job, NoFit, Node, Placement, _cards_needed
+from cascade.scheduling.placement import Flavor, Inventory, Job, Node, NoFit, Placement, _cards_needed
 
 EPS = 1e-9
 

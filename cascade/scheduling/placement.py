@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from cascade.core.errors import InvalidInput
 from cascade.scheduling import accelerators
 from cascade.scheduling.accelerators import AcceleratorRequest
-from cascade.core.errors import InvalidInput
 
 
 @dataclass
@@ -59,6 +59,39 @@ class Job:
     min_memory_gib: float = 0.0  # e.g. from a fine-tuning memory estimate
 
 
+@dataclass(frozen=True)
+class PodPlacement:
+    """Where a job's pods go, as a pod template needs it: the matcher's answer, typed.
+
+    ``to_dict``/``from_dict`` use the Kubernetes field names (``nodeSelector``...), the shape it
+    has in job records, in ``job.started`` events and in a local job's spec file.
+    """
+
+    image: str = ""
+    flavor: str = ""
+    nodes: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+    limits: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # flavor -> why it was passed over
+    memory_gib: float | None = None  # a fine-tune's estimated need per card
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"image": self.image, "flavor": self.flavor, "nodes": list(self.nodes),
+                               "nodeSelector": dict(self.node_selector), "tolerations": [dict(t) for t in self.tolerations],
+                               "limits": dict(self.limits), "skipped": dict(self.skipped)}
+        if self.memory_gib is not None:
+            out["memoryGiB"] = self.memory_gib
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PodPlacement:
+        return cls(str(d.get("image", "")), str(d.get("flavor", "")), tuple(d.get("nodes") or ()),
+                   dict(d.get("nodeSelector") or {}), tuple(dict(t) for t in d.get("tolerations") or ()),
+                   {str(k): str(v) for k, v in (d.get("limits") or {}).items()}, dict(d.get("skipped") or {}),
+                   None if d.get("memoryGiB") is None else float(d["memoryGiB"]))
+
+
 @dataclass
 class Placement:
     job: Job
@@ -67,8 +100,12 @@ class Placement:
     image: str
     skipped: dict[str, str]
 
-    def manifest_fields(self) -> dict[str, Any]:
+    def pod(self) -> PodPlacement:
         """What a pod template needs: nodeSelector, tolerations, resource limits, image."""
+        return PodPlacement.from_dict({**self.manifest_fields(), "skipped": self.skipped})
+
+    def manifest_fields(self) -> dict[str, Any]:
+        """``pod()`` as Kubernetes field names."""
         limits = accelerators.resources(self.job.request, self.flavor.vendor, sharing=self.flavor.sharing,
                                         card_memory_gib=self.flavor.memory_gib, rdma=self.flavor.rdma)
         tolerations = [{"key": t["key"], "operator": "Equal" if t.get("value") else "Exists",

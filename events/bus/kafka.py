@@ -20,11 +20,17 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
 from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import (CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError,
-                          RebalanceInProgressError, TopicAlreadyExistsError)
+from kafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    RebalanceInProgressError,
+    TopicAlreadyExistsError,
+)
 from kafka.structs import OffsetAndMetadata
 
-from cascade.core.errors import BusUnavailable
+from cascade.core.errors import BusUnavailable, CascadeError
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.base import BusBase, Position, Record, Start, TopicPartition
 from cascade.events.bus.offsets import AckTracker
@@ -65,15 +71,18 @@ class KafkaBus(BusBase):
         return int(self.request_timeout * 1000)
 
     def _guard(self, what: str, call: Callable[[], T]) -> T:
+        """Run a client call; whatever it raises leaves as the error tree (BusUnavailable)."""
         try:
             return call()
-        except KafkaError as exc:
+        except CascadeError:
+            raise
+        except Exception as exc:  # kafka-python raises KafkaError, but also OSError, ValueError, AssertionError
             raise BusUnavailable(f"kafka {self.bootstrap}: {what} failed: {exc!r}") from exc
 
     def _client(self) -> tuple[Any, Any]:
+        ms = int(self.request_timeout * 1000)
         with self._lock:
             if self._producer is None:
-                ms = int(self.request_timeout * 1000)
                 self._producer = self._guard("connect", lambda: KafkaProducer(
                     bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
                     linger_ms=self.linger_ms, max_block_ms=ms, request_timeout_ms=ms,

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cascade.stores.idempotency import Liveness
-from cascade.stores import StateStore
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher.http import ThreadLocalHTTP
 from cascade.events.dispatcher.worker import TriggerWorker
 from cascade.events.triggers import Trigger
+from cascade.stores import StateStore
+from cascade.stores.idempotency import Liveness
 
 log = logging.getLogger("cascade.dispatcher")
 COUNTERS = ("delivered", "retried", "dead_lettered", "filtered", "duplicates")

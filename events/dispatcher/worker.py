@@ -15,16 +15,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-
 from cascade.core.errors import InvalidInput, RetryableError
-from cascade.stores.idempotency import Claim, Idempotency, Liveness
-from cascade.stores import StateStore
 from cascade.events.bus import Consumer, EventBus, Record, TopicPartition
 from cascade.events.dispatcher.deadletters import dead_letter
-from cascade.events.dispatcher.http import ThreadLocalHTTP
 from cascade.events.dispatcher.delivery import deliver
+from cascade.events.dispatcher.http import ThreadLocalHTTP
 from cascade.events.envelope import check_event
 from cascade.events.triggers import Trigger
+from cascade.stores import StateStore
+from cascade.stores.idempotency import Claim, Idempotency, Liveness
 
 log = logging.getLogger("cascade.dispatcher")
 

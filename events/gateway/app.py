@@ -3,6 +3,11 @@
 Every accepted request answers 202 only after its events are durably on the bus; a bus
 outage answers 503 with Retry-After and nothing is published. A rejected batch publishes
 nothing. See ``docs/gateway.md`` for the endpoints and their error bodies.
+
+The sync/async boundary: every state-store and bus call runs in a worker thread
+(``run_in_threadpool``) or through the group committer's own thread, never on the event loop,
+so a slow store (another writer holding SQLite's lock, a Redis failover) delays only the
+requests that need it, not ``/healthz`` or requests already validated.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from fastapi.responses import JSONResponse, Response
 
 from cascade.core.errors import CascadeError, InvalidInput, RetryableError
 from cascade.core.settings import GatewaySettings
-from cascade.stores import StateStore
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import EventBus
 from cascade.events.bus.batching import GroupCommitter
@@ -31,6 +35,7 @@ from cascade.events.gateway.jobs import Jobs
 from cascade.events.gateway.metrics import GatewayMetrics
 from cascade.events.gateway.ratelimit import RateLimiter
 from cascade.events.gateway.tokens import Projects
+from cascade.stores import StateStore
 
 _PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
     "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}, "schema": {"type": "string"}}}}}
@@ -70,13 +75,13 @@ class Gateway:
             raise TooLarge(f"body of {len(body)} bytes is over the {limit}-byte limit", field="content-length")
         return body
 
-    def project(self, request: Request) -> str:
+    async def project(self, request: Request) -> str:
         auth = request.headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() not in ("bearer", "token") or not token.strip():
             raise Unauthorized("send 'Authorization: Bearer <token>' (create one with: cascade tokens create PROJECT)",
                                field="authorization")
-        project = self.projects.project_for(token.strip())
+        project = await run_in_threadpool(self.projects.project_for, token.strip())
         if project is None:
             raise Unauthorized("unknown or revoked token", field="authorization")
         return project
@@ -90,13 +95,13 @@ class Gateway:
 
     async def publish(self, route: str, project: str, events: Sequence[CloudEvent], *, dedup: bool = False) -> dict[str, Any]:
         """Rate-limit, drop already-published webhook deliveries, publish, then answer."""
-        fresh = self.deliveries.fresh(events) if dedup else list(events)
+        fresh = await run_in_threadpool(self.deliveries.fresh, events) if dedup else list(events)
         self.limiter.take(project, max(1, len(fresh)))
         started = time.perf_counter()
         if fresh:
             await self.committer.publish_async(self.topic, fresh)
         if dedup:
-            self.deliveries.remember(fresh)
+            await run_in_threadpool(self.deliveries.remember, fresh)
         self.metrics.published(route, fresh, time.perf_counter() - started)
         return {"accepted": len(fresh), "duplicates": len(events) - len(fresh), "ids": [e["id"] for e in fresh]}
 
@@ -119,7 +124,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json", ce_http.STRUCTURED, ce_http.BATCH))
     async def post_events(request: Request) -> dict[str, Any]:
         """CloudEvents in binary (``ce-`` headers), structured or batch mode."""
-        project = gw.project(request)
+        project = await gw.project(request)
         events = ce_http.parse(request.headers, await gw.body(request))
         for i, event in enumerate(events):
             owner = event.get("project")
@@ -139,7 +144,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json"))
     async def s3(request: Request) -> dict[str, Any]:
         """AWS S3 or MinIO bucket notification (``Records[]``)."""
-        project = gw.project(request)
+        project = await gw.project(request)
         events, ignored = webhooks.s3_events(gw.json(await gw.body(request)), project)
         return {**await gw.publish("/webhooks/s3", project, events, dedup=True), "ignored": ignored}
 
@@ -147,7 +152,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json"))
     async def label_studio(request: Request, dataset: str | None = None) -> dict[str, Any]:
         """Label Studio webhook; configure it with header ``Authorization: Bearer <token>``."""
-        project = gw.project(request)
+        project = await gw.project(request)
         events = webhooks.label_studio_events(gw.json(await gw.body(request)), project, dataset)
         return await gw.publish("/webhooks/label-studio", project, events, dedup=True)
 
@@ -164,26 +169,26 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json"))
     async def submit_job(request: Request) -> dict[str, Any]:
         """Submit ``{"kind": "training"|"finetune", "spec": {...}}``; returns the job id."""
-        project = gw.project(request)
+        project = await gw.project(request)
         body = gw.json(await gw.body(request))
-        job, event, new = gw.jobs.prepare(project, body, request.headers.get("idempotency-key"))
+        job, event, new = await run_in_threadpool(gw.jobs.prepare, project, body, request.headers.get("idempotency-key"))
         if new:
             try:
                 await gw.publish("/v1/jobs", project, [event])
             except (RetryableError, InvalidInput):
-                gw.jobs.forget(job["id"])
+                await run_in_threadpool(gw.jobs.forget, job["id"])
                 raise
         return {"jobId": job["id"], "status": job["status"], "eventId": event["id"]}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         """A job's record: spec, status and history."""
-        return gw.jobs.get(gw.project(request), job_id)
+        return await run_in_threadpool(gw.jobs.get, await gw.project(request), job_id)
 
     @app.get("/v1/jobs", tags=["jobs"])
     async def list_jobs(request: Request, status: str | None = None) -> list[dict[str, Any]]:
         """The token's project's jobs, optionally by status."""
-        return gw.jobs.list(gw.project(request), status)
+        return await run_in_threadpool(gw.jobs.list, await gw.project(request), status)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

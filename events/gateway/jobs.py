@@ -14,10 +14,10 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput, NotFound
-from cascade.stores import StateStore
 from cascade.events import jobrecords, schemas
 from cascade.events.envelope import new_event
 from cascade.events.gateway.errors import Forbidden
+from cascade.stores import StateStore
 
 KINDS = {"training": ("trainingjob.v1", "job.submitted"), "finetune": ("finetunejob.v1", "finetune.submitted")}
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import watchfiles
 from cloudevents.http import CloudEvent
 
-from cascade.stores import StateStore
+from cascade.core.hashing import sha256_file
 from cascade.events.bus import EventBus
 from cascade.events.envelope import new_event
-from cascade.core.hashing import sha256_file
+from cascade.stores import StateStore
 
 PARTIAL = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 

@@ -12,11 +12,11 @@ import json
 import threading
 
 from cascade.core.errors import InvalidInput
-from cascade.stores import StateStore
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus import EventBus
 from cascade.events.dedup import DeliveryLog
 from cascade.events.gateway.webhooks import s3_events
+from cascade.stores import StateStore
 
 DEAD_LETTERS = "cascade.deadletter"
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from cascade.functions.finetune.spec import with_defaults
+
 TEMPLATES = {
     "alpaca": ("### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n", "{output}"),
     "plain": ("{instruction} {input}\n", "{output}"),
@@ -38,32 +40,32 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = json.loads(os.environ["CASCADE_HPARAMS"])
+    spec = with_defaults(json.loads(os.environ["CASCADE_HPARAMS"]))
     out = Path(os.environ["CASCADE_OUTPUT_DIR"])
     data_path = Path(unquote(urlparse(spec["dataset"]).path)) if "://" in spec["dataset"] else Path(spec["dataset"])
     raw = data_path.read_bytes()
     examples = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(spec["baseModel"])
-    dtype = torch.float32 if spec.get("precision", "bf16") == "fp32" or not torch.cuda.is_available() else (
-        torch.bfloat16 if spec.get("precision", "bf16") == "bf16" else torch.float16)
+    dtype = torch.float32 if spec["precision"] == "fp32" or not torch.cuda.is_available() else (
+        torch.bfloat16 if spec["precision"] == "bf16" else torch.float16)
     model: Any = AutoModelForCausalLM.from_pretrained(spec["baseModel"], torch_dtype=dtype)
     if spec["method"] in ("lora", "qlora"):
-        model = get_peft_model(model, LoraConfig(r=spec.get("lora_rank", 8), lora_alpha=spec.get("lora_alpha", 16),
-                                                 lora_dropout=spec.get("lora_dropout", 0.05), task_type="CAUSAL_LM",
-                                                 target_modules=spec.get("target_modules") or ["q_proj", "v_proj"]))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec.get("learning_rate", 2e-4))
-    max_len, batch_size = spec.get("max_seq_length", 512), spec.get("batch_size", 1)
-    accumulation = spec.get("gradient_accumulation", 1)
+        model = get_peft_model(model, LoraConfig(r=spec["lora_rank"], lora_alpha=spec["lora_alpha"],
+                                                 lora_dropout=spec["lora_dropout"], task_type="CAUSAL_LM",
+                                                 target_modules=spec["target_modules"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=spec["learning_rate"])
+    max_len, batch_size = spec["max_seq_length"], spec["batch_size"]
+    accumulation = spec["gradient_accumulation"]
     batches = []
     for ex in examples:
-        prompt, answer = render(ex, spec.get("template", "alpaca"))
+        prompt, answer = render(ex, spec["template"])
         p_ids = tokenizer(prompt)["input_ids"]
         a_ids = tokenizer(answer)["input_ids"] + [tokenizer.eos_token_id]
         ids = (p_ids + a_ids)[:max_len]
         labels = ([-100] * len(p_ids) + a_ids)[:max_len]  # learn the answer, not the prompt
         batches.append((torch.tensor([ids]), torch.tensor([labels])))
-    epochs, max_steps = float(spec.get("epochs", 1)), int(spec.get("max_steps", -1))
+    epochs, max_steps = float(spec["epochs"]), int(spec["max_steps"])
     total = max_steps if max_steps > 0 else int(len(batches) * epochs / batch_size)
     model.train()
     losses: list[float] = []

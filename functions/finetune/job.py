@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cascade.scheduling.accelerators import parse
 from cascade.core.errors import InvalidInput
 from cascade.events import schemas
 from cascade.functions.finetune.memory import Estimate, estimate, shape_of
+from cascade.functions.finetune.spec import with_defaults
 from cascade.functions.training.job import TrainingJob
+from cascade.scheduling.accelerators import parse
 
 QUANTIZED_VENDORS = ("nvidia",)  # bitsandbytes 4-bit kernels
 
@@ -36,9 +37,10 @@ def memory(spec: dict[str, Any]) -> Estimate:
         shape = shape_of(spec["baseModel"])
     except ValueError as exc:
         raise InvalidInput(str(exc), field="/spec/baseModel") from exc
-    return estimate(shape, spec["method"], spec.get("precision", "bf16"), lora_rank=spec.get("lora_rank", 8),
-                    target_modules=len(spec.get("target_modules") or ["q_proj", "v_proj"]),
-                    batch=spec.get("batch_size", 1), seq=spec.get("max_seq_length", 512))
+    full = with_defaults(spec)
+    return estimate(shape, spec["method"], full["precision"], lora_rank=full["lora_rank"],
+                    target_modules=len(full["target_modules"]),
+                    batch=full["batch_size"], seq=full["max_seq_length"])
 
 
 def training_job(job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:

@@ -9,7 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from cascade.functions.finetune.job import training_job
+from cascade.functions.finetune.spec import with_defaults
 from cascade.functions.training import kinds
+from cascade.scheduling.placement import PodPlacement
 
 DEEPSPEED_ZERO3 = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                                          "stage3_gather_16bit_weights_on_model_save": True},
@@ -18,7 +20,7 @@ DEEPSPEED_ZERO3 = {"zero_optimization": {"stage": 3, "overlap_comm": True, "cont
                    "gradient_clipping": "auto"}
 
 
-def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: dict[str, Any], *, workers: int = 1,
+def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: PodPlacement, *, workers: int = 1,
                procs: int = 1, namespace: str = "default") -> dict[str, Any]:
     job = training_job(job_id, project, spec)
     body = {**job.spec, "workers": workers, "procsPerWorker": procs}
@@ -34,21 +36,22 @@ def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: dict[
 
 def llamafactory(spec: dict[str, Any], output_dir: str = "/output") -> dict[str, Any]:
     """The YAML ``llamafactory-cli train`` reads, for the same fine-tune."""
+    spec = with_defaults(spec)
     config: dict[str, Any] = {
         "model_name_or_path": spec["baseModel"], "stage": "sft", "do_train": True,
         "finetuning_type": "full" if spec["method"] == "full" else "lora",
-        "dataset": spec["dataset"], "template": spec.get("template", "alpaca"),
-        "cutoff_len": spec.get("max_seq_length", 512), "output_dir": output_dir,
-        "per_device_train_batch_size": spec.get("batch_size", 1),
-        "gradient_accumulation_steps": spec.get("gradient_accumulation", 1),
-        "learning_rate": spec.get("learning_rate", 2e-4), "num_train_epochs": float(spec.get("epochs", 1)),
-        "max_steps": spec.get("max_steps", -1), "logging_steps": 1, "save_strategy": "epoch",
-        "bf16": spec.get("precision", "bf16") == "bf16", "fp16": spec.get("precision") == "fp16",
+        "dataset": spec["dataset"], "template": spec["template"],
+        "cutoff_len": spec["max_seq_length"], "output_dir": output_dir,
+        "per_device_train_batch_size": spec["batch_size"],
+        "gradient_accumulation_steps": spec["gradient_accumulation"],
+        "learning_rate": spec["learning_rate"], "num_train_epochs": float(spec["epochs"]),
+        "max_steps": spec["max_steps"], "logging_steps": 1, "save_strategy": "epoch",
+        "bf16": spec["precision"] == "bf16", "fp16": spec["precision"] == "fp16",
     }
     if spec["method"] != "full":
-        config.update({"lora_rank": spec.get("lora_rank", 8), "lora_alpha": spec.get("lora_alpha", 16),
-                       "lora_dropout": spec.get("lora_dropout", 0.05),
-                       "lora_target": ",".join(spec.get("target_modules") or ["q_proj", "v_proj"])})
+        config.update({"lora_rank": spec["lora_rank"], "lora_alpha": spec["lora_alpha"],
+                       "lora_dropout": spec["lora_dropout"],
+                       "lora_target": ",".join(spec["target_modules"])})
     if spec["method"] == "qlora":
         config.update({"quantization_bit": 4, "quantization_method": "bitsandbytes"})
     return config

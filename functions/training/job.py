@@ -7,9 +7,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from cascade.scheduling.accelerators import AcceleratorRequest, parse
-from cascade.scheduling.placement import Job
 from cascade.events import schemas
+from cascade.scheduling.accelerators import AcceleratorRequest, parse
+from cascade.scheduling.placement import Job, PodPlacement
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class TrainingJob:
     id: str
     project: str
     spec: dict[str, Any]
-    placement: dict[str, Any] = field(default_factory=dict)
+    placement: PodPlacement = field(default_factory=PodPlacement)
 
     @classmethod
     def from_spec(cls, job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:

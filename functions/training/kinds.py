@@ -31,15 +31,15 @@ def pod_template(job: TrainingJob, container: str, command: list[str], env: dict
                  labels: dict[str, str] | None = None) -> dict[str, Any]:
     p = job.placement
     resources = job.spec.get("resources", {})
-    limits = {"cpu": resources.get("cpu", "1"), "memory": resources.get("memory", "2Gi"), **p.get("limits", {})}
+    limits = {"cpu": resources.get("cpu", "1"), "memory": resources.get("memory", "2Gi"), **p.limits}
     spec: dict[str, Any] = {"containers": [{
-        "name": container, "image": job.spec.get("image") or p.get("image", ""), "command": command,
+        "name": container, "image": job.spec.get("image") or p.image, "command": command,
         "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env("/output"), **(env or {})}.items())],
         "resources": {"limits": limits, "requests": {"cpu": limits["cpu"], "memory": limits["memory"]}}}]}
-    if p.get("nodeSelector"):
-        spec["nodeSelector"] = p["nodeSelector"]
-    if p.get("tolerations"):
-        spec["tolerations"] = p["tolerations"]
+    if p.node_selector:
+        spec["nodeSelector"] = dict(p.node_selector)
+    if p.tolerations:
+        spec["tolerations"] = [dict(t) for t in p.tolerations]
     return {"metadata": {"labels": {"cascade.io/job": job.name, **(labels or {})}}, "spec": spec}
 
 
@@ -118,17 +118,17 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
     resources = job.spec.get("resources", {})
     executor: dict[str, Any] = {"instances": job.workers, "cores": int(float(resources.get("cpu", "1"))),
                                 "memory": str(resources.get("memory", "2Gi")).replace("Gi", "g")}
-    if p.get("nodeSelector"):
-        executor["nodeSelector"] = p["nodeSelector"]
-    if p.get("tolerations"):
-        executor["tolerations"] = p["tolerations"]
-    gpu = next(((k, v) for k, v in p.get("limits", {}).items() if k.endswith("/gpu")), None)
+    if p.node_selector:
+        executor["nodeSelector"] = dict(p.node_selector)
+    if p.tolerations:
+        executor["tolerations"] = [dict(t) for t in p.tolerations]
+    gpu = next(((k, v) for k, v in p.limits.items() if k.endswith("/gpu")), None)
     if gpu:
         executor["gpu"] = {"name": gpu[0], "quantity": int(gpu[1])}
     return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
             "metadata": _metadata(job, namespace),
             "spec": {"type": "Python", "pythonVersion": "3", "mode": "cluster", "sparkVersion": "3.5.3",
-                     "image": job.spec.get("image") or p.get("image", ""),
+                     "image": job.spec.get("image") or p.image,
                      "mainApplicationFile": f"local://{entry.get('script', '/app/main.py')}",
                      "arguments": [str(a) for a in entry.get("args", [])],
                      "restartPolicy": {"type": "OnFailure" if job.spec.get("retries") else "Never",

@@ -16,14 +16,14 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.settings import Settings
+from cascade.events import jobrecords as records
+from cascade.events.envelope import PROPAGATED, event_type, follow_up
+from cascade.functions.training.backends import TrainingBackend, open_backend
+from cascade.functions.training.job import TrainingJob
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory
-from cascade.core.settings import Settings
 from cascade.stores import StateStore, open_store
-from cascade.events.envelope import PROPAGATED, follow_up
-from cascade.events import jobrecords as records
-from cascade.functions.training.job import TrainingJob
-from cascade.functions.training.backends import TrainingBackend, open_backend
 
 SOURCE = "/cascade/functions/launch-training"
 LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
@@ -31,17 +31,17 @@ LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabel
 
 
 class TrainingLauncher:
-    def __init__(self, cfg: Settings | None = None) -> None:
-        self.cfg = cfg or Settings()
+    def __init__(self, cfg: Settings) -> None:
+        self.cfg = cfg
         self.store = open_store(self.cfg.state_url)
         path = self.cfg.training.inventory
         self.matcher = Matcher(Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
 
     def handle(self, event: CloudEvent) -> CloudEvent | None:
-        if event["type"] == "io.cascade.labels.completed.v1":
+        if event["type"] == event_type("labels.completed"):
             return self.on_labels(event)
-        if event["type"] == "io.cascade.finetune.submitted.v1":
+        if event["type"] == event_type("finetune.submitted"):
             return self.on_finetune(event)
         return self.on_submitted(event)
 
@@ -65,8 +65,7 @@ class TrainingLauncher:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project, kind="finetune")
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)
-        job = replace(job, placement={**placement.manifest_fields(), "skipped": placement.skipped,
-                                      "memoryGiB": round(need.total_gib, 2)})
+        job = replace(job, placement=replace(placement.pod(), memory_gib=round(need.total_gib, 2)))
         records.update(self.store, job_id, "submitted", kind="finetune", project=project, finetune=data["spec"])
         self.backend.launch(job, {k: str(event[k]) for k in PROPAGATED if event.get(k)})
         return None
@@ -84,7 +83,7 @@ class TrainingLauncher:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project)
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)
-        job = replace(job, placement={**placement.manifest_fields(), "skipped": placement.skipped})
+        job = replace(job, placement=placement.pod())
         extensions = {k: str(event[k]) for k in PROPAGATED if event.get(k)}
         try:
             self.backend.launch(job, extensions)

@@ -13,28 +13,27 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from cascade.core.ports import free_ports
 from cascade.core.settings import Settings
-from cascade.stores import open_store
+from cascade.events import jobrecords as records
 from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
-from cascade.events import jobrecords as records
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
-from cascade.core.ports import free_ports
+from cascade.scheduling.placement import PodPlacement
+from cascade.stores import open_store
 
 SOURCE = "/cascade/backends/local"
 
 
 class Supervisor:
-    def __init__(self, job: TrainingJob, output: Path, extensions: dict[str, str]) -> None:
-        cfg = Settings()
+    def __init__(self, job: TrainingJob, output: Path, extensions: dict[str, str], cfg: Settings) -> None:
         self.job, self.output, self.extensions = job, output, extensions
         self.bus, self.store, self.topic = open_bus(cfg.bus_url), open_store(cfg.state_url), cfg.bus.topic
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -65,7 +64,7 @@ class Supervisor:
         for i in range(self.job.workers):
             env = {**os.environ, **self.job.job_env(str(self.output)),
                    **worker_env(self.job.framework, i, hosts, port, self.job.procs)}
-            if not self.job.placement.get("limits"):
+            if not self.job.placement.limits:
                 env["CUDA_VISIBLE_DEVICES"] = ""  # placed on CPU: keep the frameworks off any GPU
             log = (logs / f"worker-{i}.attempt-{attempt}.log").open("wb")
             self.procs.append(subprocess.Popen(self._command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT))
@@ -101,13 +100,18 @@ class Supervisor:
         timeout = self.job.spec.get("timeoutSeconds")
         started = time.monotonic()
         outcome, code, bad = "failed", 1, 0
+        if (records.get(self.store, self.job.id) or {}).get("cancelRequested"):
+            self.cancelled = True  # cancelled before this process got going
         for attempt in range(1, retries + 2):
+            if self.cancelled:
+                outcome = "cancelled"
+                break
             self.procs = []
             self._start(attempt)
             records.update(self.store, self.job.id, "running", attempt=attempt, pid=os.getpid(),
                            artifactUri=self.output.as_uri(), project=self.job.project)
             self.emit("job.started", {"backend": "local", "kind": "process", "attempt": attempt,
-                                      "placement": self.job.placement})
+                                      "placement": self.job.placement.to_dict()})
             outcome, code, bad = self._wait(started + float(timeout) if timeout else None)
             if outcome != "ok":
                 self._stop_workers()
@@ -136,8 +140,9 @@ class Supervisor:
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
-    job = TrainingJob(spec["id"], spec["project"], spec["spec"], spec.get("placement", {}))
-    sys.exit(Supervisor(job, Path(spec["output"]), spec.get("extensions", {})).run())
+    job = TrainingJob(spec["id"], spec["project"], spec["spec"], PodPlacement.from_dict(spec.get("placement") or {}))
+    cfg = Settings()  # the supervisor's process reads its settings once, here
+    sys.exit(Supervisor(job, Path(spec["output"]), spec.get("extensions", {}), cfg).run())
 
 
 if __name__ == "__main__":

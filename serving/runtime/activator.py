@@ -126,7 +126,7 @@ class Runtime:
             if name in self.services:
                 await self.remove(name)
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
-            argv = [sys.executable, "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
+            argv = [sys.executable, "-P", "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
                     "--format", spec["format"]]
             service = self.add_command(name, policy, argv, {"CASCADE_MODEL_VERSION": version},
                                        ready_path=f"/v2/models/{model}/ready")

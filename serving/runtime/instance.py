@@ -21,12 +21,12 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import CascadeError, InvalidInput
-from cascade.stores.idempotency import Claim, Idempotency
-from cascade.stores import StateStore, open_store
 from cascade.events.bindings import http as ce_http
 from cascade.events.envelope import check_event
 from cascade.events.expressions import Expression
 from cascade.serving.runtime import http11
+from cascade.stores import StateStore, open_store
+from cascade.stores.idempotency import Claim, Idempotency
 
 
 def control(message: dict[str, Any], fd: int = 1) -> None:

@@ -12,13 +12,12 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cascade.serving.runtime.template import die_with_parent
 from cascade.core.ports import free_port
+from cascade.serving.runtime.template import die_with_parent
 
 OnReady = Callable[[str], None]
 OnExit = Callable[[str, int], None]
@@ -55,8 +54,11 @@ class TemplateLauncher:
         self._ready = loop.create_future()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cascade.serving.runtime.template", json.dumps(self.config),
+            sys.executable, "-P", "-m", "cascade.serving.runtime.template",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, start_new_session=True)
+        assert self.proc.stdin is not None  # the config (secrets included) goes by pipe, never on the command line
+        self.proc.stdin.write(json.dumps(self.config).encode() + b"\n")
+        await self.proc.stdin.drain()
         self._reader = asyncio.create_task(self._read())
         await self._ready
 

@@ -3,7 +3,8 @@
 Scaling from zero must not pay interpreter start-up and imports on the request path, so
 each function gets a template that has already imported the runtime and the function's
 module (``start()`` is *not* run here: threads and connections do not survive a fork).
-Commands arrive as JSON lines on stdin; replies and child events go out as JSON lines on
+Its config (module, env and resolved secrets) is the first JSON line on stdin, so no secret
+is ever on a command line; commands follow as JSON lines on stdin; replies and child events go out as JSON lines on
 stdout, written with ``os.write`` so a fork never inherits a held lock. No threads run
 here, so forking is safe.
 
@@ -65,7 +66,10 @@ def _child(module: Any, config: dict[str, Any], instance_id: str, socket_path: s
 
 def main() -> None:
     die_with_parent()
-    config = json.loads(sys.argv[1])
+    config = json.loads(sys.stdin.readline())
+    # The function's folder comes first for its own modules; the platform's packages are
+    # already imported (cascade.*), so a handler's schemas.py, events/ or cascade.py never
+    # replaces them, and the interpreter runs with -P, so the working directory adds nothing.
     sys.path.insert(0, config["path"])
     for key, value in config.get("env", {}).items():
         os.environ[key] = str(value)

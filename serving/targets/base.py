@@ -58,8 +58,8 @@ class DeployTarget(Protocol):
         """Make ``release`` serve (its canary share, if any); raise DeployFailed with the reason."""
         ...
 
-    def serving(self, model: str) -> dict[str, int]:
-        """The versions of ``model`` that take traffic, with their percent (empty: not served)."""
+    def serving(self, model: str, project: str = "default") -> dict[str, int]:
+        """The versions of ``project``'s ``model`` that take traffic, with their percent (empty: not served)."""
         ...
 
     def restore(self, releases: list[Release]) -> list[str]:

@@ -44,12 +44,13 @@ class KServeTarget:
         started = time.monotonic()
         try:
             live = self._get(namespace, release.model)
-            previous = live is not None and (live.get("metadata") or {}).get("labels", {}).get(
-                "cascade.io/version") != release.version
+            serving = kserve.traffic(live) if live is not None else {}
+            previous = max(serving, key=lambda v: serving[v]) if serving else None
             resource = kserve.inference_service(
                 {"model": release.model, "version": release.version, "artifactUri": release.artifact_uri,
                  "sha256": release.sha256, "format": release.format,
-                 "canaryTrafficPercent": release.canary_percent}, namespace, previous_live=previous)
+                 "canaryTrafficPercent": release.canary_percent}, namespace,
+                previous_version=previous if previous != release.version else None)
             self.custom.patch_namespaced_custom_object(
                 kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL, release.model, resource,
                 field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
@@ -68,12 +69,7 @@ class KServeTarget:
 
     def serving(self, model: str, project: str = "default") -> dict[str, int]:
         obj = self._get(self.namespace(project), model)
-        if obj is None or kserve.phase(obj) != "ready":
-            return {}
-        version = str((obj.get("metadata") or {}).get("labels", {}).get("cascade.io/version", ""))
-        traffic = (obj.get("status") or {}).get("components", {}).get("predictor", {}).get("traffic") or []
-        out = {str(t.get("tag") or version): int(t.get("percent", 0)) for t in traffic if t.get("percent")}
-        return out or {version: 100}
+        return {} if obj is None else kserve.traffic(obj)
 
     def restore(self, releases: list[Release]) -> list[str]:
         """InferenceServices outlive Cascade: only those missing are applied again."""

@@ -52,7 +52,7 @@ class LocalTarget:
         return Deployed(self.name, f"{self.runtime_url}/v1/models/{release.model}:predict",
                         {"download": round(fetched, 3), "load": float(answer.get("loadSeconds", 0.0))})
 
-    def serving(self, model: str) -> dict[str, int]:
+    def serving(self, model: str, project: str = "default") -> dict[str, int]:
         try:
             reply = httpx.get(f"{self.runtime_url}/_runtime/models", timeout=10)
         except httpx.HTTPError:

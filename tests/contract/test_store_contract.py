@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
-from cascade.stores.idempotency import Claim, Idempotency, Liveness
 from cascade.stores import StateStore
+from cascade.stores.idempotency import Claim, Idempotency, Liveness
 from cascade.stores.redis import RedisStore
 from cascade.stores.sqlite import SqliteStore
+from tests.helpers.waiting import eventually
 
 
 def twin(store: StateStore) -> StateStore:
@@ -37,8 +37,7 @@ class TestStoreContract:
         assert remaining is not None and 0 < remaining <= 0.3
         assert store.ttl("forever") is None
         assert store.get("short") == b"x"
-        time.sleep(0.45)
-        assert store.get("short") is None
+        eventually(lambda: store.get("short") is None, 5, "the key expiring")
         assert store.ttl("short") is None
         assert store.get("forever") == b"y"
         assert store.cas("short", None, b"again"), "an expired key counts as absent"
@@ -112,8 +111,8 @@ class TestStoreContract:
         other = Idempotency(twin(store), "trigger-a", claim_ttl=0.3)
         assert idem.claim("/src", "e1") is Claim.ACQUIRED
         assert other.claim("/src", "e1") is Claim.BUSY
-        time.sleep(0.45)  # the first claimant "crashed": its claim expires
-        assert other.claim("/src", "e1") is Claim.ACQUIRED
+        # the first claimant "crashed": its claim expires, and the other takes it
+        eventually(lambda: other.claim("/src", "e1") is Claim.ACQUIRED, 5, "the claim expiring")
         other.complete("/src", "e1")
         assert idem.claim("/src", "e1") is Claim.DONE
         assert Idempotency(store, "trigger-b").claim("/src", "e1") is Claim.ACQUIRED, "scopes are separate"
@@ -128,8 +127,8 @@ class TestStoreContract:
         second = Idempotency(twin(store), "t", claim_ttl=3600, liveness=alive)
         assert first.claim("/s", "e") is Claim.ACQUIRED
         assert second.claim("/s", "e") is Claim.BUSY, "its owner is still beating"
-        time.sleep(0.45)  # the owner crashed: no more beats, but the claim has an hour to live
-        assert second.claim("/s", "e") is Claim.ACQUIRED
+        # the owner crashed: no more beats, but the claim has an hour to live
+        eventually(lambda: second.claim("/s", "e") is Claim.ACQUIRED, 5, "the dead owner's claim taken over")
         assert first.claim("/s", "e") is Claim.BUSY, "now the live owner holds it"
         second.complete("/s", "e")
         assert first.claim("/s", "e") is Claim.DONE

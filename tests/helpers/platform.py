@@ -16,7 +16,6 @@ import httpx
 
 from cascade.core.ports import free_port
 
-CASCADE = [sys.executable, "-m", "cascade.cli"]
 # Scale down within seconds instead of Knative's 60 s window and 30 s grace.
 FAST = {"CASCADE_FUNCTIONS__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}',
         "CASCADE_FUNCTIONS__SCALE_TO_ZERO_GRACE_SECONDS": "2",
@@ -32,9 +31,16 @@ class Running:
     dashboard: str
     log: Path
     proc: subprocess.Popen[bytes]
+    command: list[str]
+    cwd: Path | None = None
 
     def cascade(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*CASCADE, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([*self.command, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.cwd)
+
+    @property
+    def token(self) -> str:
+        return (Path(self.env["CASCADE_HOME"]) / "token").read_text().strip()
 
 
 def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why: Callable[[], str]) -> None:
@@ -52,11 +58,14 @@ def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why
 
 
 @contextmanager
-def cascade_up(home: Path, *args: str, fast: bool = True, **env: str) -> Iterator[Running]:
+def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.executable, cwd: Path | None = None,
+               **env: str) -> Iterator[Running]:
     """Start it with ``args``, wait until gateway, runtime and dashboard answer; stop it after.
 
-    ``fast``: functions and model servers scale down within seconds (``FAST``).
+    ``fast``: functions and model servers scale down within seconds (``FAST``). ``python``:
+    the interpreter whose install of Cascade runs (the wheel test's own venv); ``cwd``: where.
     """
+    command = [python, "-m", "cascade.cli"]
     ports = {name: free_port() for name in ("gateway", "runtime", "dashboard")}
     full = {**os.environ, **(FAST if fast else {}), "CASCADE_HOME": str(home), "CASCADE_GATEWAY__PORT": str(ports["gateway"]),
             "CASCADE_FUNCTIONS__PORT": str(ports["runtime"]), "CASCADE_DASHBOARD__PORT": str(ports["dashboard"]),
@@ -64,8 +73,9 @@ def cascade_up(home: Path, *args: str, fast: bool = True, **env: str) -> Iterato
     log = home / "up.log"
     home.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        proc = subprocess.Popen([*CASCADE, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT)
-    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc)
+        proc = subprocess.Popen([*command, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc,
+                      command, cwd)
     try:
         wait_ready(proc, [f"{running.gateway}/readyz", f"{running.runtime}/_runtime/services", running.dashboard], 90,
                    lambda: log.read_text()[-3000:])

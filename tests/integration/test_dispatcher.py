@@ -13,7 +13,6 @@ import httpx
 import pytest
 from cloudevents.http import CloudEvent
 
-from cascade.stores import StateStore
 from cascade.events.bindings import http as ce_http
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus import EventBus
@@ -21,6 +20,7 @@ from cascade.events.dispatcher import Dispatcher
 from cascade.events.dispatcher.deadletters import list_letters, replay
 from cascade.events.envelope import new_event
 from cascade.events.triggers import Trigger
+from cascade.stores import StateStore
 from tests.conftest import drain, make_bus, make_store
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
 
@@ -73,6 +73,7 @@ def job(i: int, key: str = "k", **ext: str) -> CloudEvent:
                      subject=f"job-{i}", extensions=ext)
 
 
+@pytest.mark.slow
 def test_filters_each_dialect_and_data_expressions(bus: EventBus, store: StateStore, sub: Subscriber, topic: str) -> None:
     specs = {
         "exact": [{"exact": {"type": "io.cascade.dataset.uploaded.v1"}}],

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from cascade.events.envelope import new_event
 from cascade.stores.idempotency import Claim, Idempotency
 from cascade.stores.redis import RedisStore
-from cascade.events.envelope import new_event
 from tests.conftest import KAFKA, REDIS, make_bus
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
+
+pytestmark = pytest.mark.slow  # kills and restarts the dispatcher four times
 
 EVENTS = 10_000
 KILLS = 4

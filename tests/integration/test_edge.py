@@ -16,13 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
+from cascade.core.hashing import sha256_file
 from cascade.core.ports import free_port
 from cascade.events.bus.kafka import KafkaBus
-from cascade.events.envelope import new_event
-from cascade.serving.artifacts import sha256_file
+from cascade.events.envelope import event_type, new_event
 from tests.conftest import KAFKA, make_bus
 from tests.helpers import models
-from cascade.core.hashing import sha256_file
+from tests.helpers.waiting import events_until
+
+pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
 MODEL = f"edge{uuid.uuid4().hex[:6]}"
 
@@ -62,22 +64,13 @@ class Fleet:
 
     def outcomes(self, wait_for: dict[tuple[str, str, str], int], timeout: float = 180) -> list[Any]:
         """Deploy outcomes so far, waiting until each (type, cluster, version) was seen as often as asked."""
-        consumer = self.bus.subscribe([self.topic], f"check-{uuid.uuid4().hex}", start="earliest")
-        seen: list[Any] = []
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                for record in consumer.poll(0.5):
-                    e = record.event()
-                    if e["type"] in ("io.cascade.model.deployed.v1", "io.cascade.model.deploy_failed.v1"):
-                        seen.append(e)
-                count = {k: sum(1 for e in seen if (e["type"].split(".")[3], e.get_data()["cluster"],
-                                                    e.get_data()["version"]) == k) for k in wait_for}
-                if all(count[k] >= n for k, n in wait_for.items()):
-                    return seen
-        finally:
-            consumer.close()
-        pytest.fail(f"waited for {wait_for}; saw {[(e['type'], e.get_data()) for e in seen]}")
+        def done(seen: list[Any]) -> bool:
+            count = {k: sum(1 for e in seen if (e["type"].split(".")[3], e.get_data()["cluster"],
+                                                e.get_data()["version"]) == k) for k in wait_for}
+            return all(count[k] >= n for k, n in wait_for.items())
+
+        return events_until(self.bus, self.topic, done, timeout, what=str(wait_for),
+                            keep=lambda e: e["type"] in (event_type("model.deployed"), event_type("model.deploy_failed")))
 
     def version(self, cluster: str) -> str:
         reply = httpx.post(f"http://127.0.0.1:{self.ports[cluster]}/v2/models/{MODEL}/infer", timeout=60, json={

@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.helpers import tiny_llm
 from tests.integration.test_model_lifecycle import events_for
 from tests.integration.test_model_lifecycle import platform as _platform  # noqa: F401  (the running platform)
 from tests.integration.test_training import Platform
+
+pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
 platform = _platform
 

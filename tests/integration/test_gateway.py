@@ -15,12 +15,12 @@ from cloudevents.http import CloudEvent
 from fastapi.testclient import TestClient
 
 from cascade.core.settings import GatewaySettings
-from cascade.stores.sqlite import SqliteStore
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.envelope import new_event
 from cascade.events.gateway import create_app
 from cascade.events.gateway.tokens import Projects
+from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain, make_bus
 
 SECRET = "cvat-secret"

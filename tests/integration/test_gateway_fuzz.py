@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from cascade.core.settings import GatewaySettings
-from cascade.stores.sqlite import SqliteStore
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.gateway import create_app
 from cascade.events.gateway.tokens import Projects
+from cascade.stores.sqlite import SqliteStore
 from tests.conftest import KAFKA
 
 _home = Path(tempfile.mkdtemp(prefix="cascade-fuzz-"))

@@ -153,6 +153,7 @@ def test_container_concurrency_is_never_exceeded(make: object) -> None:
     assert max(per_instance.values()) <= 2, per_instance
 
 
+@pytest.mark.slow
 def test_scale_changes_under_10000_requests_lose_none(make: object) -> None:
     env: Env = make(initial_scale=2, target=4, target_utilization=100, max_scale=4, window=1,  # type: ignore[operator]
                     scale_to_zero_grace=0.2)

@@ -7,13 +7,15 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from cascade.stores.redis import RedisStore
-from cascade.stores.sqlite import SqliteStore
 from cascade.events.bus import EventBus
 from cascade.events.sources.folder import FolderSource
 from cascade.events.sources.s3_kafka import S3KafkaSource
+from cascade.stores.redis import RedisStore
+from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain, make_bus, make_store
+from tests.helpers.waiting import eventually, holds
 
 
 def published(bus: EventBus, topic: str) -> int:
@@ -29,13 +31,13 @@ def test_folder_announces_each_completed_file_once_and_survives_restarts(tmp_pat
     (root / "cats" / "b.jpg.part").write_bytes(b"x")
     source = FolderSource(root, bus, store, topic=topic, project="alpha", settle=0.3)
     assert source.scan() == [], "a file must settle first"
-    time.sleep(0.35)
-    [first] = source.scan()
+    announced: list[Any] = []
+    eventually(lambda: bool(announced.extend(source.scan()) or announced), 5, "the settled file announced")
+    [first] = announced
     assert first.get_data() == {"dataset": "cats", "uri": (root / "cats" / "a.jpg").as_uri(), "key": "cats/a.jpg",
                                 "size": 100, "sha256": hashlib.sha256(b"a" * 100).hexdigest(), "origin": "folder"}
     assert first["project"] == "alpha" and first["partitionkey"] == "cats"
-    time.sleep(0.35)
-    assert source.scan() == [], "announced once"
+    holds(lambda: source.scan() == [], 0.5, "announced once")
 
     # A growing file is announced only when it stops changing, and then once.
     watcher = FolderSource(root, bus, store, topic=topic, project="alpha", settle=0.5)
@@ -48,10 +50,8 @@ def test_folder_announces_each_completed_file_once_and_survives_restarts(tmp_pat
                 f.flush()
                 time.sleep(0.2)
         (root / "top.csv").write_text("x,y\n1,2\n")
-        deadline = time.monotonic() + 15
-        while published(bus, topic) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)
+        eventually(lambda: published(bus, topic) >= 3, 15, "three files announced")
+        holds(lambda: published(bus, topic) == 3, 1.0, "each file announced once")
     finally:
         watcher.stop()
         thread.join()

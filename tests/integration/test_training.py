@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,13 @@ import torch
 from cascade.events.bus.kafka import KafkaBus
 from tests.conftest import KAFKA, REDIS, make_bus
 from tests.helpers.platform import cascade_up
+from tests.helpers.waiting import events_until, eventually
+
+pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers" / "training"
+
+FINAL = ("succeeded", "failed", "cancelled")
 
 
 @dataclass
@@ -46,20 +50,11 @@ class Platform:
 
     def outcome(self, job_id: str, timeout: float = 180) -> dict[str, Any]:
         """Lifecycle events of the job, until one is final."""
-        consumer = self.bus.subscribe([self.topic], f"check-{uuid.uuid4().hex}", start="earliest")
-        seen: dict[str, Any] = {}
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                for record in consumer.poll(0.5):
-                    event = record.event()
-                    if event.get("subject") == job_id or (event.get_data() or {}).get("jobId") == job_id:
-                        seen[str(event["type"]).split(".")[3]] = event
-                if {"succeeded", "failed", "cancelled"} & set(seen):
-                    return seen
-        finally:
-            consumer.close()
-        pytest.fail(f"job {job_id} did not finish; saw {sorted(seen)}; logs: {self.logs(job_id)[-3000:]}")
+        events = events_until(
+            self.bus, self.topic, lambda seen: any(str(e["type"]).split(".")[3] in FINAL for e in seen), timeout,
+            keep=lambda e: e.get("subject") == job_id or (e.get_data() or {}).get("jobId") == job_id,
+            what=f"job {job_id} to finish (logs: {self.logs(job_id)[-2000:]})")
+        return {str(e["type"]).split(".")[3]: e for e in events}
 
     def logs(self, job_id: str) -> str:
         root = self.home / "artifacts" / job_id
@@ -133,10 +128,7 @@ def test_cancel_stops_a_running_job(platform: Platform, tmp_path: Path) -> None:
     script = tmp_path / "slow.py"
     script.write_text("import time\nprint('working', flush=True)\ntime.sleep(120)\n")
     job_id = platform.submit({"framework": "pytorch", "entrypoint": {"script": str(script)}})
-    deadline = time.monotonic() + 60
-    while "working" not in platform.logs(job_id):
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.2)
+    eventually(lambda: "working" in platform.logs(job_id), 60, "the job starting")
     env = {**os.environ, "CASCADE_HOME": str(platform.home), "CASCADE_STATE__URL": REDIS}
     out = subprocess.run([sys.executable, "-m", "cascade.cli", "jobs", "cancel", job_id], env=env,
                          capture_output=True, text=True, timeout=60)

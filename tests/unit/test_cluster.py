@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from cascade.render import images, manifests
-from cascade.scheduling.frameworks import MATRIX, image, pairs
 from cascade.functions.platform import PLATFORM_FUNCTIONS
 from cascade.functions.spec import discover
 from cascade.functions.training import kinds
+from cascade.render import images, manifests
+from cascade.scheduling.frameworks import MATRIX, image, pairs
 from tests.unit.test_training_kinds import placed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from cascade.core.errors import InvalidInput
-from cascade.scheduling.matcher import Matcher
-from cascade.scheduling.placement import Inventory
 from cascade.functions.finetune import job as finetune
 from cascade.functions.finetune.memory import SHAPES, estimate
 from cascade.functions.finetune.render import llamafactory, pytorchjob
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory, PodPlacement
 
 SPEC = {"baseModel": "meta-llama/Llama-2-7b", "dataset": "file:///data/chat.jsonl", "method": "lora",
         "outputModel": "chat-7b", "resources": {"accelerator": "1"}}
@@ -71,7 +71,8 @@ def test_a_7b_lora_job_lands_on_a_card_that_fits_and_says_why_smaller_ones_were_
 def test_pytorchjob_runs_the_same_entrypoint_with_torchrun() -> None:
     placement = {"image": "ghcr.io/cascade-ml/pytorch-cuda:0.1", "limits": {"nvidia.com/gpu": "8"},
                  "nodeSelector": {"gpu-type": "A100"}}
-    r = pytorchjob("ft-7", "llm", {**SPEC, "method": "full"}, placement, workers=2, procs=8, namespace="llm")
+    r = pytorchjob("ft-7", "llm", {**SPEC, "method": "full"}, PodPlacement.from_dict(placement), workers=2, procs=8,
+                   namespace="llm")
     assert (r["apiVersion"], r["kind"], r["spec"]["nprocPerNode"]) == ("kubeflow.org/v1", "PyTorchJob", "8")
     assert {k: v["replicas"] for k, v in r["spec"]["pytorchReplicaSpecs"].items()} == {"Master": 1, "Worker": 1}
     c = r["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
@@ -80,7 +81,7 @@ def test_pytorchjob_runs_the_same_entrypoint_with_torchrun() -> None:
     env = {e["name"]: e["value"] for e in c["env"]}
     assert json.loads(env["CASCADE_HPARAMS"])["method"] == "full"
     assert json.loads(env["CASCADE_DEEPSPEED_CONFIG"])["zero_optimization"]["stage"] == 3
-    lora = pytorchjob("ft-8", "llm", SPEC, placement)
+    lora = pytorchjob("ft-8", "llm", SPEC, PodPlacement.from_dict(placement))
     lora_env = {e["name"] for e in lora["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]}
     assert "CASCADE_DEEPSPEED_CONFIG" not in lora_env
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from cascade.core.errors import InvalidInput
 from cascade.scheduling import frameworks
 from cascade.scheduling.accelerators import parse, resources
-from cascade.core.errors import InvalidInput
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory, Job, NoFit
 

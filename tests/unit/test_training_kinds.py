@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from cascade.scheduling.accelerators import parse
-from cascade.scheduling.matcher import Matcher
-from cascade.scheduling.placement import Inventory
 from cascade.functions.training import kinds
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
+from cascade.scheduling.accelerators import parse
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory
 
 INVENTORY = {"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
                           "nodeLabels": {"gpu-type": "A100"},
@@ -27,7 +27,7 @@ def placed(framework: str, workers: int = 3, procs: int = 1, **spec: Any) -> Tra
             "hyperparameters": {"lr": 0.1}, "timeoutSeconds": 3600, "retries": 2, **spec}
     job = TrainingJob.from_spec("job-Abc", "vision", body)
     placement = Matcher(Inventory.from_dict(INVENTORY)).place(job.matcher_job())
-    return TrainingJob(job.id, job.project, job.spec, placement.manifest_fields())
+    return TrainingJob(job.id, job.project, job.spec, placement.pod())
 
 
 def check_template(template: dict[str, Any], container: str, image: str) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def test_kubeflow_kinds(framework: str, kind: str, key: str, container: str, rep
     assert all(s["restartPolicy"] == "OnFailure" for s in specs.values())
     assert r["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 2, "activeDeadlineSeconds": 3600}
     for s in specs.values():
-        c = check_template(s["template"], container, job.placement["image"])
+        c = check_template(s["template"], container, job.placement.image)
         assert c["command"] == ["python", "/app/train.py", "--epochs", "2"]
     if kind == "MXJob":
         assert r["spec"]["jobMode"] == "MXTrain"
@@ -90,7 +90,7 @@ def test_volcano_jobs(framework: str, launcher: str) -> None:
     assert spec["plugins"] == {"env": [], "svc": [], "ssh": []}
     [task] = spec["tasks"]
     assert task["name"] == "worker" and task["replicas"] == 3
-    c = check_template(task["template"], framework, job.placement["image"])
+    c = check_template(task["template"], framework, job.placement.image)
     assert c["command"][:2] == ["sh", "-c"] and c["command"][2].startswith(launcher)
     assert c["command"][2].endswith("/app/train.py --epochs 2")
 
@@ -102,10 +102,10 @@ def test_ray_job() -> None:
     assert r["spec"]["entrypoint"] == "python /app/train.py --epochs 2"
     assert r["spec"]["shutdownAfterJobFinishes"] is True and r["spec"]["activeDeadlineSeconds"] == 3600
     cluster = r["spec"]["rayClusterSpec"]
-    check_template(cluster["headGroupSpec"]["template"], "ray-head", job.placement["image"])
+    check_template(cluster["headGroupSpec"]["template"], "ray-head", job.placement.image)
     [workers] = cluster["workerGroupSpecs"]
     assert workers["replicas"] == 2 and workers["groupName"] == "workers"
-    check_template(workers["template"], "ray-worker", job.placement["image"])
+    check_template(workers["template"], "ray-worker", job.placement.image)
 
 
 def test_spark_application() -> None:
@@ -115,7 +115,7 @@ def test_spark_application() -> None:
     s = r["spec"]
     assert (s["type"], s["mode"], s["mainApplicationFile"], s["arguments"]) == (
         "Python", "cluster", "local:///app/train.py", ["--epochs", "2"])
-    assert s["image"] == job.placement["image"] and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
+    assert s["image"] == job.placement.image and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
     assert s["executor"] == {"instances": 3, "cores": 4, "memory": "16g", "nodeSelector": {"gpu-type": "A100"},
                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                              "gpu": {"name": "nvidia.com/gpu", "quantity": 2}}

@@ -6,6 +6,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
+from cascade.core.settings import Settings
 from cascade.functions.models import Models
 
 _models: Models | None = None
@@ -13,7 +14,7 @@ _models: Models | None = None
 
 def start(config: dict[str, Any]) -> None:
     global _models
-    _models = Models()
+    _models = Models(Settings())  # this process's settings, read once at its entry point
 
 
 def handle(event: CloudEvent) -> CloudEvent:

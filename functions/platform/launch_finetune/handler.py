@@ -6,6 +6,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
+from cascade.core.settings import Settings
 from cascade.functions.training.launcher import TrainingLauncher
 
 _launcher: TrainingLauncher | None = None
@@ -13,7 +14,7 @@ _launcher: TrainingLauncher | None = None
 
 def start(config: dict[str, Any]) -> None:
     global _launcher
-    _launcher = TrainingLauncher()
+    _launcher = TrainingLauncher(Settings())  # this process's settings, read once at its entry point
 
 
 def handle(event: CloudEvent) -> CloudEvent | None:

@@ -65,7 +65,7 @@ class KubernetesBackend:
     def launch(self, job: TrainingJob, extensions: Mapping[str, str]) -> None:
         resource = kinds.render(job, self.namespace(job.project))
         self.apply(resource)
-        records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement,
+        records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement.to_dict(),
                        project=job.project, spec=job.spec, extensions=dict(extensions),
                        resource={"apiVersion": resource["apiVersion"], "kind": resource["kind"],
                                  "namespace": resource["metadata"]["namespace"], "name": resource["metadata"]["name"]})

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cascade.core.errors import NotFound
 from cascade.events import jobrecords as records
@@ -50,37 +51,42 @@ class LocalBackend:
         out.mkdir(parents=True, exist_ok=True)
         spec_file = out / "job.json"
         spec_file.write_text(json.dumps({"id": job.id, "project": job.project, "spec": job.spec,
-                                         "placement": job.placement, "output": str(out),
+                                         "placement": job.placement.to_dict(), "output": str(out),
                                          "extensions": dict(extensions)}))
         with (out / "supervisor.log").open("ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "cascade.functions.training.supervisor", str(spec_file)],
+            proc = subprocess.Popen([sys.executable, "-P", "-m", "cascade.functions.training.supervisor", str(spec_file)],
                                     env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         records.update(self.store, job.id, "launching", backend=self.name, supervisor=proc.pid,
-                       placement=job.placement, project=job.project, spec=job.spec, extensions=dict(extensions))
+                       placement=job.placement.to_dict(), project=job.project, spec=job.spec, extensions=dict(extensions))
 
-    def _record(self, job_id: str) -> dict[str, object]:
+    def _record(self, job_id: str) -> dict[str, Any]:
         record = self.store.get_record("job", job_id)
         if record is None or record.get("backend") != self.name:
             raise NotFound(f"no local job {job_id!r}")
         return record
 
+    @staticmethod
+    def _gone(record: dict[str, Any]) -> str | None:
+        """For an unfinished job whose supervisor is dead: the status it ended in."""
+        if record.get("status") in records.FINAL or _alive(int(record.get("supervisor") or 0)):
+            return None
+        return "cancelled" if record.get("cancelRequested") else "failed"
+
     def status(self, job_id: str) -> str:
         record = self._record(job_id)
-        status = str(record.get("status"))
-        if status not in records.FINAL and not _alive(int(str(record.get("supervisor", 0)))):
-            return "failed"
-        return status
+        return self._gone(record) or str(record.get("status"))
 
     def cancel(self, job_id: str) -> None:
         record = self._record(job_id)
         if record.get("status") in records.FINAL:
             return
-        pid = int(str(record.get("supervisor", 0)))
+        # Recorded first: a supervisor that has not started yet stops at once, and one killed
+        # before it could report still ends as cancelled.
+        records.update(self.store, job_id, str(record.get("status")), cancelRequested=True)
+        pid = int(record.get("supervisor") or 0)
         if pid and _alive(pid):
             os.kill(pid, signal.SIGTERM)  # the supervisor stops its workers and reports job.cancelled
-        else:
-            records.update(self.store, job_id, "cancelled", reason="cancelled on request")
 
     def logs(self, job_id: str) -> str:
         logs = sorted((self.output(job_id) / "logs").glob("*.log"))
@@ -90,13 +96,12 @@ class LocalBackend:
 
     def reconcile(self) -> list[Change]:
         changes = []
-        for record in self.store.find_records("job", backend=self.name):
-            if record.get("status") in records.FINAL:
+        for record in records.find(self.store, backend=self.name):
+            ended = self._gone(record)
+            if ended is None:
                 continue
-            pid = int(record.get("supervisor") or 0)
-            if pid and _alive(pid):
-                continue
-            reason = "the job's supervisor process ended without reporting (killed, or the machine restarted)"
-            records.update(self.store, record["id"], "failed", reason=reason)
-            changes.append(Change(record["id"], "failed", {"reason": reason}, record.get("extensions") or {}))
+            reason = "cancelled on request" if ended == "cancelled" else \
+                "the job's supervisor process ended without reporting (killed, or the machine restarted)"
+            records.update(self.store, record["id"], ended, reason=reason)
+            changes.append(Change(record["id"], ended, {"reason": reason}, record.get("extensions") or {}))
         return changes

@@ -1,0 +1,101 @@
+"""The DeployTarget contract, written once and run against every target.
+
+local: the runtime's model servers, really loading a tiny TorchScript model. kserve: the
+recording API server, where a stand-in operator marks an InferenceService Ready (or, for an
+artifact that cannot load, ModelLoadFailed) as KServe's controller would. The contract: a
+release serves, a canary gets its share, a version that cannot load is refused, and after a
+restart the released versions serve again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cascade.core.asgi import ServerThread
+from cascade.core.hashing import sha256_file
+from cascade.core.ports import free_port
+from cascade.serving.runtime.activator import Runtime
+from cascade.serving.targets import DeployFailed, DeployTarget, Release
+from cascade.serving.targets.kserve import KServeTarget
+from cascade.serving.targets.local import LocalTarget
+from tests.helpers import models
+from tests.helpers.fake_kube import FakeAPIServer
+
+
+class LocalDriver:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.server: ServerThread | None = None
+        self.target: DeployTarget = self.restart()
+
+    def restart(self) -> DeployTarget:
+        """A new runtime (nothing loaded) and a target that talks to it: a restarted ``cascade up``."""
+        if self.server is not None:
+            self.server.stop()
+        rt = Runtime(self.tmp_path / f"run-{free_port()}", tick=0.05, model_grace=30)
+        self.server = ServerThread(rt, port=free_port(), name="runtime").start()
+        return LocalTarget(self.server.url, self.tmp_path / "cache", {"autoscaling.knative.dev/window": "5s"})
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+class KServeDriver:
+    def __init__(self, tmp_path: Path) -> None:
+        self.api = FakeAPIServer(on_apply=self.operator)
+        self.target = self.restart()
+
+    @staticmethod
+    def operator(path: str, obj: dict[str, Any]) -> None:
+        uri = obj["spec"]["predictor"]["model"]["storageUri"]
+        ok = "broken" not in uri
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "True" if ok else "False",
+                                         **({} if ok else {"reason": "ModelLoadFailed"})}]}
+
+    def restart(self) -> DeployTarget:
+        return KServeTarget(self.api.api(), "t-", timeout=10, poll=0.05)
+
+    def close(self) -> None:
+        self.api.close()
+
+
+@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.slow), "kserve"])  # local loads real models
+def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    d = LocalDriver(tmp_path) if request.param == "local" else KServeDriver(tmp_path)
+    yield d
+    d.close()
+
+
+def release(path: Path, version: str, canary: int | None = None) -> Release:
+    return Release("m", version, path.as_uri(), sha256_file(path), "torchscript", "team", canary)
+
+
+class TestDeployTargetContract:
+    def test_a_release_serves_and_a_canary_gets_its_share(self, driver: Any, tmp_path: Path) -> None:
+        deployed = driver.target.deploy(release(models.torchscript(tmp_path, bias=0.0), "1"))
+        assert deployed.target == driver.target.name
+        assert driver.target.serving("m", "team") == {"1": 100}
+        driver.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "2", canary=20))
+        assert driver.target.serving("m", "team") == {"1": 80, "2": 20}
+        driver.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "2"))
+        assert driver.target.serving("m", "team") == {"2": 100}
+
+    def test_a_version_that_cannot_load_is_refused(self, driver: Any, tmp_path: Path) -> None:
+        driver.target.deploy(release(models.torchscript(tmp_path), "1"))
+        broken = tmp_path / "broken.pt"
+        broken.write_bytes(b"not a model")
+        with pytest.raises(DeployFailed):
+            driver.target.deploy(release(broken, "2"))
+        assert driver.target.serving("nobody", "team") == {}
+
+    def test_after_a_restart_the_released_versions_serve_again(self, driver: Any, tmp_path: Path) -> None:
+        first = release(models.torchscript(tmp_path), "1")
+        driver.target.deploy(first)
+        after = driver.restart()
+        assert after.restore([first]) == []
+        assert after.serving("m", "team") == {"1": 100}

@@ -1,0 +1,24 @@
+"""The Kafka bus raises only the error tree, whatever the client library throws."""
+
+from __future__ import annotations
+
+import pytest
+
+from cascade.core.errors import BusUnavailable
+from cascade.events.bus.kafka import KafkaBus
+
+
+def test_an_admin_connect_after_a_producer_connect_fails_as_bus_unavailable() -> None:
+    bus = KafkaBus("127.0.0.1:1", request_timeout=0.2)
+    bus._producer = object()  # the producer connected earlier; the admin client did not
+    with pytest.raises(BusUnavailable):
+        bus._client()
+
+
+@pytest.mark.parametrize("thrown", [OSError("reset"), ValueError("bad"), AssertionError("state")])
+def test_client_exceptions_leave_as_bus_unavailable(thrown: Exception) -> None:
+    def call() -> None:
+        raise thrown
+
+    with pytest.raises(BusUnavailable):
+        KafkaBus("127.0.0.1:1")._guard("publish", call)

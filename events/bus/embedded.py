@@ -11,7 +11,6 @@ cannot move that partition's offset.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -23,34 +22,8 @@ from pathlib import Path
 from cascade.core.errors import BusUnavailable
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.base import BusBase, Consumer, Position, Start
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS topics(name TEXT PRIMARY KEY, partitions INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS log(topic TEXT, part INTEGER, off INTEGER, key BLOB, headers TEXT,
-    value BLOB, ts REAL, PRIMARY KEY(topic, part, off)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS offsets(grp TEXT, topic TEXT, part INTEGER, off INTEGER,
-    PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS members(grp TEXT, member TEXT, seen REAL, PRIMARY KEY(grp, member)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS leases(grp TEXT, topic TEXT, part INTEGER, member TEXT, expires REAL,
-    PRIMARY KEY(grp, topic, part)) WITHOUT ROWID;
-"""
-
-
-def connect(path: str, *, synchronous: str = "FULL") -> sqlite3.Connection:
-    """A connection in autocommit mode, WAL journal, waiting on locks instead of failing."""
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA busy_timeout=30000")
-    return conn
-
-
-def _encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
-    return json.dumps([[k, v.decode("latin-1")] for k, v in headers])
-
-
-def _decode_headers(text: str) -> tuple[tuple[str, bytes], ...]:
-    return tuple((k, v.encode("latin-1")) for k, v in json.loads(text))
+from cascade.events.bus.embedded_consumer import EmbeddedConsumer
+from cascade.events.bus.sqlite_log import SCHEMA, connect, encode_headers
 
 
 class EmbeddedBus(BusBase):
@@ -124,7 +97,7 @@ class EmbeddedBus(BusBase):
                     heads[part] += 1
                     conn.execute(
                         "INSERT INTO log VALUES(?,?,?,?,?,?,?)",
-                        (topic, part, heads[part], rec.key, _encode_headers(rec.headers), rec.value, now),
+                        (topic, part, heads[part], rec.key, encode_headers(rec.headers), rec.value, now),
                     )
                     positions.append(Position(topic, part, heads[part]))
                 conn.execute("COMMIT")
@@ -141,8 +114,6 @@ class EmbeddedBus(BusBase):
             self._changed.wait(timeout)
 
     def subscribe(self, topics: Sequence[str], group: str, *, start: Start = "latest") -> Consumer:
-        from cascade.events.bus.embedded_consumer import EmbeddedConsumer
-
         return EmbeddedConsumer(self, list(topics), group, start)
 
     def end_offsets(self, topic: str) -> dict[int, int]:

@@ -11,8 +11,8 @@ import time
 from typing import TYPE_CHECKING
 
 from cascade.events.bus.base import Record, Start, TopicPartition
-from cascade.events.bus.embedded import _decode_headers, connect
 from cascade.events.bus.offsets import AckTracker
+from cascade.events.bus.sqlite_log import connect, decode_headers
 
 if TYPE_CHECKING:
     from cascade.events.bus.embedded import EmbeddedBus
@@ -132,7 +132,7 @@ class EmbeddedConsumer:
                 "SELECT off, key, headers, value, ts FROM log WHERE topic=? AND part=? AND off>=? "
                 "ORDER BY off LIMIT ?", (*tp, position, max_records - len(records))).fetchall()
             for off, key, headers, value, ts in rows:
-                records.append(Record(tp[0], tp[1], int(off), key, _decode_headers(headers), value, float(ts)))
+                records.append(Record(tp[0], tp[1], int(off), key, decode_headers(headers), value, float(ts)))
                 self._tracker.delivered(tp, int(off))
             if rows:
                 self._owned[tp] = int(rows[-1][0]) + 1

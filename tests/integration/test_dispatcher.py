@@ -190,7 +190,8 @@ def test_recreated_trigger_resumes_and_new_trigger_starts_at_its_position(
         eventually(lambda: dispatcher.stats()[t.name]["delivered"] == 3)
         eventually(lambda: dispatcher.workers[latest.name]._consumer is not None
                    and bool(dispatcher.workers[latest.name]._consumer.assignment()), what="latest assigned")
-        time.sleep(0.5)
+        eventually(lambda: set(bus.committed(topic, latest.group(topic))) == set(bus.end_offsets(topic)),
+                   what="the new trigger's start positions committed")
         bus.publish(topic, job(8))
         eventually(lambda: len(sub.at("/latest")) == 1)
         eventually(lambda: dispatcher.stats()[t.name]["delivered"] == 4)

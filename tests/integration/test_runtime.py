@@ -21,6 +21,7 @@ from cascade.events.envelope import new_event
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Service
+from tests.helpers.waiting import holds
 
 PROBE = '''
 import os, threading, time
@@ -196,8 +197,7 @@ def test_a_crashing_handler_does_not_take_down_the_runtime(make: object) -> None
 def test_min_scale_one_keeps_an_instance_warm(make: object) -> None:
     env: Env = make(min_scale=1, initial_scale=0, window=0.3, scale_to_zero_grace=0.1)  # type: ignore[operator]
     env.wait(lambda: env.live() == 1)
-    time.sleep(1.5)
-    assert env.live() == 1
+    holds(lambda: env.live() == 1, 1.5, "one warm instance, well past the window and the grace")
     assert env.post("job-1").status_code == 200 and env.service.cold_starts == 0
 
 

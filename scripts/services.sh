@@ -3,7 +3,9 @@
 #   Apache Kafka 4.x, one KRaft node on 127.0.0.1:9092, fetched from Maven Central by scripts/kafka/pom.xml
 #   Debian's redis-server on 127.0.0.1:6379
 # Idempotent: a service that already answers is left alone; jars are cached in .cache/kafka/jars.
-# Usage: scripts/services.sh [start|stop|status]
+#   `cluster`: a three-broker KRaft cluster on 127.0.0.1:19092,19094,19096 (scripts/kafka_cluster.py;
+#   replication factor 3, min.insync.replicas 2), for Kafka across machines
+# Usage: scripts/services.sh [start|stop|status|cluster|cluster-stop]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${CASCADE_SERVICES_DIR:-$root/.cache}"
@@ -109,7 +111,10 @@ mkdir -p "$cache"
 case "${1:-start}" in
   start) start_redis; start_kafka ;;
   stop) stop_all ;;
+  cluster) start_redis; fetch_kafka
+           python3 "$root/scripts/kafka_cluster.py" start "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
+  cluster-stop) python3 "$root/scripts/kafka_cluster.py" stop "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
   status) port_open $kafka_port && echo "kafka: up" || echo "kafka: down"
           port_open $redis_port && echo "redis: up" || echo "redis: down" ;;
-  *) echo "usage: $0 [start|stop|status]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|stop|status|cluster|cluster-stop]" >&2; exit 2 ;;
 esac

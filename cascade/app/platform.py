@@ -64,6 +64,10 @@ class Platform:
               dashboard: bool = True) -> None:
         cfg = self.cfg
         os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
+        if dispatcher:  # a trigger new to this bus starts at now, not at whenever its group first joins
+            for trigger in self.triggers:
+                if trigger.start == "latest":
+                    self.bus.seed_group(cfg.bus.topic, trigger.group(cfg.bus.topic))
         if runtime:
             rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds,
                          model_grace=cfg.serving.scale_to_zero_grace_seconds)

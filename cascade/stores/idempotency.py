@@ -4,8 +4,10 @@ Before running a handler, claim ``(scope, source, id)`` with a TTL. A claim that
 says *done* means the event was handled: acknowledge it without a second invocation. A
 claim held by someone else is *busy*. A claim left by a crashed process expires after its
 TTL and the event is handled again; with a :class:`Liveness` the claim is taken over as
-soon as its owner stops beating, without waiting for the TTL. Written once over the
-StateStore protocol, so Redis and SQLite behave the same.
+soon as its owner stops beating, without waiting for the TTL. A claim its own owner asks for
+again (its last attempt failed and could not give the claim back, e.g. while the store was
+down) is granted again. Written once over the StateStore protocol, so Redis and SQLite behave
+the same.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ class Claim(Enum):
 class Liveness:
     """A process's heartbeat in the store: ``alive:<owner>`` that expires ``ttl`` s after the last beat."""
 
-    def __init__(self, store: StateStore, owner: str | None = None, *, ttl: float = 5.0) -> None:
+    def __init__(self, store: StateStore, owner: str | None = None, *, ttl: float = 5.0,
+                 first_beat: bool = True) -> None:
         self.store, self.ttl = store, ttl
         self.owner = owner or f"owner-{uuid.uuid4().hex}"
         self._stop = threading.Event()
-        self.beat()
+        if first_beat:
+            self.beat()
 
     def beat(self) -> None:
         self.store.put(f"alive:{self.owner}", b"1", ttl=self.ttl)
@@ -42,13 +46,18 @@ class Liveness:
         return self.store.get(f"alive:{owner}") is not None
 
     def start(self) -> None:
-        """Beat every ttl/3 seconds in a daemon thread until stop()."""
+        """Beat now (before any claim of ours can be looked at) and every ttl/3 seconds in a daemon
+        thread until stop(); a failed beat (store away) is tried again at the next tick."""
         def loop() -> None:
             while not self._stop.wait(self.ttl / 3):
                 try:
                     self.beat()
                 except Exception:  # a store hiccup: the next beat may work
-                    continue
+                    pass
+        try:
+            self.beat()
+        except Exception:
+            pass
         threading.Thread(target=loop, name="cascade-liveness", daemon=True).start()
 
     def stop(self) -> None:
@@ -80,6 +89,8 @@ class Idempotency:
                 return Claim.DONE
             if current is None:
                 continue  # expired or released meanwhile: try again
+            if current == self.owner:
+                return Claim.ACQUIRED  # ours from an attempt that could not release it
             if self.liveness and current != self.owner and not self.liveness.alive(current.decode()):
                 if self.store.cas(key, current, self.owner, ttl=self.claim_ttl):
                     return Claim.ACQUIRED  # its owner died: take it over now

@@ -100,6 +100,12 @@ class EventBus(Protocol):
         """The group's committed offsets, per partition (missing: none committed)."""
         ...
 
+    def seed_group(self, topic: str, group: str) -> None:
+        """Where ``group`` has no committed offset on a partition of ``topic``, commit the partition's
+        end: a group created now starts at now whenever its first member joins, so events
+        published in between are not skipped. Partitions with an offset are left alone."""
+        ...
+
     def ping(self, timeout: float = 2.0) -> None:
         """Raise BusUnavailable unless the bus answers within ``timeout`` seconds."""
         ...

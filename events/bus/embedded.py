@@ -124,6 +124,22 @@ class EmbeddedBus(BusBase):
             ).fetchall())
         return {p: int(rows.get(p, 0)) for p in range(count)}
 
+    def seed_group(self, topic: str, group: str) -> None:
+        with self._lock:
+            try:
+                conn = self._tx()
+            except sqlite3.Error as exc:
+                raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
+            try:
+                for part in range(self._partitions(conn, topic)):
+                    (high,) = conn.execute("SELECT MAX(off) FROM log WHERE topic=? AND part=?", (topic, part)).fetchone()
+                    conn.execute("INSERT OR IGNORE INTO offsets VALUES(?,?,?,?)",
+                                 (group, topic, part, 0 if high is None else int(high) + 1))
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise BusUnavailable(f"embedded bus {self.path}: seed {group}: {exc}") from exc
+
     def committed(self, topic: str, group: str) -> dict[int, int]:
         with self._lock:
             rows = self._conn.execute(

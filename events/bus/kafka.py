@@ -64,6 +64,7 @@ class KafkaBus(BusBase):
         self._producer: Any = None
         self._admin: Any = None
         self._topics: set[str] = set()
+        self._replicas: int | None = None
 
     @property
     def timeout_ms(self) -> int:
@@ -99,17 +100,53 @@ class KafkaBus(BusBase):
             return
         _, admin = self._client()
         with self._admin_lock:  # the admin client allows one request in flight
-            for attempt in range(5):
-                try:
-                    admin.create_topics([NewTopic(topic, partitions or self.partitions, 1)])
-                    break
-                except TopicAlreadyExistsError:
-                    break
-                except KafkaError as exc:
-                    if attempt == 4 or not getattr(exc, "retriable", False):
-                        raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
-                    time.sleep(0.1 * 2**attempt)
+            try:
+                replicas, configs = self._replication(admin)
+                for attempt in range(5):
+                    try:
+                        admin.create_topics([NewTopic(topic, partitions or self.partitions, replicas,
+                                                      topic_configs=configs)])
+                        break
+                    except TopicAlreadyExistsError:
+                        break
+                    except KafkaError as exc:
+                        if attempt == 4 or not getattr(exc, "retriable", False):
+                            raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
+                        time.sleep(0.1 * 2**attempt)
+            except BusUnavailable:
+                self._discard("_admin", admin)
+                raise
+            except Exception as exc:
+                self._discard("_admin", admin)
+                raise BusUnavailable(f"kafka {self.bootstrap}: create topic {topic}: {exc!r}") from exc
         self._topics.add(topic)
+
+    def _replication(self, admin: Any) -> tuple[int, dict[str, str]]:
+        """Replication factor 3 with min.insync.replicas 2 on a cluster of three or more brokers, else 1."""
+        if self._replicas is None:
+            brokers = len(self._guard("describe cluster", admin.describe_cluster).get("brokers") or [])
+            self._replicas = 3 if brokers >= 3 else 1
+        return self._replicas, ({"min.insync.replicas": "2"} if self._replicas == 3 else {})
+
+    def _discard(self, which: str, client: Any) -> None:
+        """Throw a failed client away (the next call builds a new one); closing it must not block.
+
+        After a broker restart kafka-python's idempotent producer can be left in a fatal state
+        (its producer id unknown to the broker) and its admin client pointing at dead
+        connections; a new client reconnects within the request timeout.
+        """
+        with self._lock:
+            if getattr(self, which) is not client or client is None:
+                return
+            setattr(self, which, None)
+
+        def close() -> None:
+            try:
+                client.close(timeout=0) if which == "_producer" else client.close()
+            except Exception as exc:  # it failed already; nothing it says now matters
+                log.debug("closing a failed kafka client: %r", exc)
+
+        threading.Thread(target=close, name="kafka-close", daemon=True).start()
 
     def append(self, topic: str, records: Sequence[WireRecord]) -> list[Position]:
         self.ensure_topic(topic)
@@ -120,7 +157,11 @@ class KafkaBus(BusBase):
             metas = [f.get(timeout=self.request_timeout + 2) for f in futures]
             return [Position(m.topic, m.partition, m.offset) for m in metas]
 
-        return self._guard(f"publish to {topic}", send)
+        try:
+            return self._guard(f"publish to {topic}", send)
+        except BusUnavailable:
+            self._discard("_producer", producer)
+            raise
 
     def subscribe(self, topics: Sequence[str], group: str, *, start: Start = "latest") -> KafkaGroupConsumer:
         for topic in topics:
@@ -155,18 +196,46 @@ class KafkaBus(BusBase):
         finally:
             consumer.close()
 
+    def seed_group(self, topic: str, group: str) -> None:
+        self.ensure_topic(topic)
+        consumer = self._inspector(group)
+        try:
+            parts = [KTP(topic, p) for p in sorted(self._guard("metadata", partial(consumer.partitions_for_topic, topic))
+                                                   or ())]
+            missing = [tp for tp in parts
+                       if self._guard("committed", partial(consumer.committed, tp, timeout_ms=self.timeout_ms)) is None]
+            if not missing:
+                return
+            ends = self._guard("end offsets", partial(consumer.end_offsets, missing, timeout_ms=self.timeout_ms))
+            try:
+                consumer.commit({tp: OffsetAndMetadata(int(ends[tp]), "", -1) for tp in missing},
+                                timeout_ms=self.timeout_ms)
+            except CommitFailedError:
+                return  # the group has live members: they already hold positions
+            except KafkaError as exc:
+                raise BusUnavailable(f"kafka {self.bootstrap}: seed {group}: {exc!r}") from exc
+        finally:
+            consumer.close()
+
     def ping(self, timeout: float = 2.0) -> None:
         _, admin = self._client()
         with self._admin_lock:
-            self._guard("ping", admin.describe_cluster)
+            try:
+                self._guard("ping", admin.describe_cluster)
+            except BusUnavailable:
+                self._discard("_admin", admin)
+                raise
 
     def close(self) -> None:
+        """Close the clients; a dead broker makes this give up after a few seconds, never hang or raise."""
         with self._lock:
-            if self._producer is not None:
-                self._producer.close(timeout=5)
-            if self._admin is not None:
-                self._admin.close()
-            self._producer = self._admin = None
+            producer, admin, self._producer, self._admin = self._producer, self._admin, None, None
+        for client, close in ((producer, lambda c: c.close(timeout=5)), (admin, lambda c: c.close())):
+            if client is not None:
+                try:
+                    close(client)
+                except Exception as exc:
+                    log.warning("kafka %s: closing a client failed: %r", self.bootstrap, exc)
 
 
 class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]

@@ -1,7 +1,10 @@
 """Deliver one event to one subscriber over HTTP, retrying as the trigger's delivery spec says.
 
 Retried: connection errors, timeouts, and HTTP 404, 408, 409, 429 and 5xx (as Knative's
-dispatcher does). Any other non-2xx fails at once. A 2xx response that carries CloudEvents
+dispatcher does). Any other non-2xx fails at once. A 503 that Cascade's own runtime marks
+``x-cascade-error: infrastructure`` (its state store is away, or another live instance holds
+the event) is retried without spending the trigger's retries, at most every
+``INFRASTRUCTURE_BACKOFF`` seconds: an outage that heals never turns into a dead letter. A 2xx response that carries CloudEvents
 (binary, structured or batch) is the subscriber's reply; each must be a valid Cascade event.
 """
 
@@ -21,6 +24,7 @@ from cascade.events.triggers import Delivery
 
 RETRYABLE = {404, 408, 409, 429}
 ERROR_DATA_LIMIT = 1024
+INFRASTRUCTURE_BACKOFF = 5.0
 
 log = logging.getLogger("cascade.dispatcher")
 
@@ -51,7 +55,9 @@ def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery
     headers, body = ce_http.to_binary(event)
     code: int | None = None
     error = ""
-    for attempt in range(spec.retry + 1):
+    attempt = waits = 0
+    while True:
+        infrastructure = False
         try:
             response = client.post(url, headers, body, spec.timeout_seconds)
             code = response.status
@@ -62,14 +68,22 @@ def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery
                     return Outcome(False, attempt + 1, code, f"invalid reply: {exc}"[:ERROR_DATA_LIMIT])
             error = response.text[:ERROR_DATA_LIMIT]
             retryable = code in RETRYABLE or code >= 500
+            infrastructure = code == 503 and response.headers.get("x-cascade-error") == "infrastructure"
         except DeliveryTimeout:
             code, error, retryable = None, f"timed out after {spec.timeout}", True
         except DeliveryError as exc:
             code, error, retryable = None, str(exc)[:ERROR_DATA_LIMIT], True
-        if not retryable or attempt == spec.retry:
-            return Outcome(False, attempt + 1, code, error)
-        log.warning("delivery of %s to %s failed (attempt %d of %d: %s %s); retrying in %.1fs", event["id"], url,
-                    attempt + 1, spec.retry + 1, code or "-", error[:200], spec.delay(attempt))
-        if stop.wait(spec.delay(attempt)):
+        if infrastructure:
+            delay = min(spec.delay(waits), INFRASTRUCTURE_BACKOFF)
+            waits += 1
+            log.warning("delivery of %s to %s waits for the platform (%s); retrying in %.1fs", event["id"], url,
+                        error[:200], delay)
+        else:
+            if not retryable or attempt == spec.retry:
+                return Outcome(False, attempt + 1, code, error)
+            delay = spec.delay(attempt)
+            log.warning("delivery of %s to %s failed (attempt %d of %d: %s %s); retrying in %.1fs", event["id"], url,
+                        attempt + 1, spec.retry + 1, code or "-", error[:200], delay)
+            attempt += 1
+        if stop.wait(delay):
             return Outcome(False, attempt + 1, code, error, aborted=True)
-    raise AssertionError("unreachable")

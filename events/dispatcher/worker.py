@@ -58,6 +58,7 @@ class TriggerWorker:
         self.idem = Idempotency(store, f"trigger:{trigger.name}",
                                 claim_ttl=trigger.delivery.worst_case_seconds() + 30, liveness=liveness)
         self.stats = Stats()
+        self._unrecorded: set[tuple[str, str]] = set()  # delivered, but the store did not take the completion
         self.stop_event = threading.Event()
         self._slots = threading.Semaphore(buffer if trigger.ordering == "ordered" else trigger.concurrency)
         self._pool = ThreadPoolExecutor(trigger.concurrency if trigger.ordering == "unordered" else 64,
@@ -154,6 +155,10 @@ class TriggerWorker:
         source, ident = str(event["source"]), str(event["id"])
         if event.get("cascadereplay"):
             ident += f"#replay{event['cascadereplay']}"
+        if (source, ident) in self._unrecorded:  # delivered; only recording it failed (store away)
+            self.idem.complete(source, ident)
+            self._unrecorded.discard((source, ident))
+            return True
         claim = self.idem.claim(source, ident)
         while claim is Claim.BUSY:  # another dispatcher is on it (rebalance) or crashed holding it
             if self.stop_event.wait(0.5):
@@ -178,10 +183,14 @@ class TriggerWorker:
                 self.stats.add(delivered=1)
             else:
                 self._dead_letter(record, outcome.code, outcome.error, outcome.attempts)
+        except RetryableError:
+            raise  # bus or store away: the claim stays ours (and is granted to us again), the record comes back
         except BaseException:
             self.idem.release(source, ident)
             raise
+        self._unrecorded.add((source, ident))  # until the store has it, a retry must not deliver again
         self.idem.complete(source, ident)
+        self._unrecorded.discard((source, ident))
         return True
 
     def _dead_letter(self, record: Record, code: int | None, error: str, attempts: int) -> None:

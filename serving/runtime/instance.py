@@ -4,6 +4,13 @@ Runs in a process forked from the function's template (``template``), on a UNIX 
 activator names. ``start(config)`` runs here, after the fork; sync handlers run in a thread
 pool so one slow call does not stall the others; ``stop()`` runs after draining on SIGTERM.
 A handler's exception answers 500 with the error; the instance keeps serving.
+
+Effectively once (``idempotent: true``): the instance claims ``(source, id)`` under its own
+liveness key, so a claim left by an instance that died is taken over within seconds. A state
+store that is down never kills the instance: the claim answers 503 marked ``infrastructure``
+(the dispatcher retries it without spending the trigger's retries), and a completion that
+could not be recorded after the handler ran is answered as handled and recorded by a
+background retry once the store is back, so the side effect never runs twice.
 """
 
 from __future__ import annotations
@@ -20,13 +27,15 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.errors import CascadeError, InvalidInput, RetryableError
 from cascade.events.bindings import http as ce_http
 from cascade.events.envelope import check_event
 from cascade.events.expressions import Expression
 from cascade.serving.runtime import http11
 from cascade.stores import StateStore, open_store
-from cascade.stores.idempotency import Claim, Idempotency
+from cascade.stores.idempotency import Claim, Idempotency, Liveness
+
+INFRASTRUCTURE = ("x-cascade-error", "infrastructure")  # a 503 the dispatcher retries without counting it
 
 
 def control(message: dict[str, Any], fd: int = 1) -> None:
@@ -47,28 +56,58 @@ class Instance:
         self.data_filter = Expression.compile(expression) if expression else None
         self.store: StateStore | None = None
         self.idem: Idempotency | None = None
+        self.liveness: Liveness | None = None
+        self.unrecorded: set[tuple[str, str]] = set()  # handled; completion not yet recorded in the store
         if config.get("idempotent") and config.get("state_url"):
             self.store = open_store(config["state_url"])
-            self.idem = Idempotency(self.store, f"fn:{name}", claim_ttl=float(config.get("claim_ttl", 300)))
+            self.liveness = Liveness(self.store, f"fn:{name}:{os.getpid()}:{os.urandom(4).hex()}", ttl=5.0,
+                                     first_beat=False)
+            self.idem = Idempotency(self.store, f"fn:{name}", claim_ttl=float(config.get("claim_ttl", 300)),
+                                    liveness=self.liveness)
+
+    async def _record_done(self, source: str, ident: str) -> None:
+        """Record a completion, retrying while the store is away."""
+        assert self.idem is not None
+        delay = 0.2
+        while True:
+            try:
+                await asyncio.to_thread(self.idem.complete, source, ident)
+                self.unrecorded.discard((source, ident))
+                return
+            except RetryableError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def invoke(self, event: CloudEvent) -> tuple[int, list[tuple[str, str]], bytes]:
         if self.data_filter is not None and not self.data_filter.matches(event.get_data()):
             return 200, [], b""  # a data filter Knative could not apply (see functions.render)
         source, ident = str(event["source"]), str(event["id"])
         if self.idem is not None:
-            claim = await asyncio.to_thread(self.idem.claim, source, ident)
+            if (source, ident) in self.unrecorded:
+                return 200, [], b""  # handled here already; its completion is on its way to the store
+            try:
+                claim = await asyncio.to_thread(self.idem.claim, source, ident)
+            except RetryableError as exc:
+                return 503, [("retry-after", "1"), INFRASTRUCTURE], f"state store unavailable: {exc}".encode()
             if claim is Claim.DONE:
                 return 200, [], b""
             if claim is Claim.BUSY:
-                return 503, [("retry-after", "1")], b"this event is being handled by another instance"
+                return 503, [("retry-after", "1"), INFRASTRUCTURE], b"this event is being handled by another instance"
         try:
             result = await self.handle(event) if self.is_async else await asyncio.to_thread(self.handle, event)
         except Exception:
             if self.idem is not None:
-                await asyncio.to_thread(self.idem.release, source, ident)
+                try:
+                    await asyncio.to_thread(self.idem.release, source, ident)
+                except RetryableError:
+                    pass  # still ours: the retry that comes back here claims it again
             return 500, [("content-type", "text/plain")], traceback.format_exc()[-2000:].encode()
         if self.idem is not None:
-            await asyncio.to_thread(self.idem.complete, source, ident)
+            try:
+                await asyncio.to_thread(self.idem.complete, source, ident)
+            except RetryableError:
+                self.unrecorded.add((source, ident))
+                asyncio.get_running_loop().create_task(self._record_done(source, ident))
         if result is None:
             return 202, [], b""
         if isinstance(result, CloudEvent):
@@ -124,6 +163,8 @@ class Instance:
             result = start(self.config)
             if inspect.isawaitable(result):
                 await result
+        if self.liveness is not None:
+            self.liveness.start()
         server = await asyncio.start_unix_server(self.connection, path=socket_path)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -140,5 +181,10 @@ class Instance:
             result = stop()
             if inspect.isawaitable(result):
                 await result
+        if self.liveness is not None:
+            try:
+                self.liveness.stop()
+            except RetryableError:
+                pass
         if self.store is not None:
             self.store.close()

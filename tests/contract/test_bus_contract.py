@@ -157,6 +157,20 @@ class TestBusContract:
         recreated.close()
         assert sorted(int(r.event().get_data()["reason"]) for r in records) == [100, 101, 102]
 
+    def test_a_seeded_group_starts_where_it_was_seeded_not_where_it_joins(
+        self, bus: EventBus, topic: str, group: str
+    ) -> None:
+        bus.ensure_topic(topic, 2)
+        bus.publish_many(topic, [cancelled(f"old-{i}", i) for i in range(4)])
+        bus.seed_group(topic, group)
+        assert bus.committed(topic, group) == bus.end_offsets(topic)
+        bus.publish_many(topic, [cancelled(f"between-{i}", 100 + i) for i in range(3)])  # before anyone joined
+        bus.seed_group(topic, group)  # seeding again moves nothing
+        consumer = bus.subscribe([topic], group, start="latest")
+        records = drain(consumer, 3)
+        consumer.close()
+        assert sorted(int(r.event().get_data()["reason"]) for r in records) == [100, 101, 102]
+
     def test_a_record_that_is_not_a_cloudevent_is_delivered_and_fails_to_decode(
         self, bus: EventBus, topic: str, group: str
     ) -> None:

@@ -73,7 +73,8 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
     log = home / "up.log"
     home.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        proc = subprocess.Popen([*command, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+        proc = subprocess.Popen([*command, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                start_new_session=True)  # its own process group: a fault test can kill the tree
     running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc,
                       command, cwd)
     try:
@@ -81,5 +82,6 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
                    lambda: log.read_text()[-3000:])
         yield running
     finally:
-        proc.terminate()
-        proc.wait(timeout=90)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=90)

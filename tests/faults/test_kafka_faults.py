@@ -1,0 +1,112 @@
+"""Faults on Kafka + Redis: each accepted event is delivered, none twice in side effects, without an operator.
+
+The services are this module's own processes on their own ports (tests/helpers/faults.py);
+each test prints its figures (sent, accepted, delivered, lost, duplicates, dead letters,
+seconds to recover).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.faults import RedisServer, Workload, free_port_pair, kafka_cluster, kill_tree
+from tests.helpers.waiting import eventually, holds
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, RedisServer]]:
+    root = tmp_path_factory.mktemp("services")
+    kafka = kafka_cluster().Cluster(root / "kafka", 1, free_port_pair())
+    kafka.start()
+    redis = RedisServer(root / "redis")
+    redis.start()
+    try:
+        yield kafka, redis
+    finally:
+        kafka.stop()
+        redis.kill()
+
+
+def workload(tmp_path: Path, services: tuple[Any, RedisServer], **options: Any) -> Workload:
+    kafka, redis = services
+    return Workload(tmp_path, f"kafka://{kafka.bootstrap}", redis.url, **options)
+
+
+def check(w: Workload, what: str) -> None:
+    report = w.settle()
+    print(f"\n{what}:\n{report}")
+    lost_sink, lost_hook = w.lost()
+    assert not lost_sink and not lost_hook, report
+    effects = w.effects()
+    assert len(effects) == len(set(effects)), report
+    assert w.dead_letters() == 0, report
+
+
+def test_events_accepted_right_after_start_up_are_all_delivered(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
+    w = workload(tmp_path, services)
+    w.rate = 400
+    with w.platform():
+        w.start_sending()
+        w.wait_accepted(200)
+        w.stop_sending()
+        check(w, "start-up")
+
+
+def test_a_broker_killed_and_restarted_mid_stream(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
+    kafka, _ = services
+    w = workload(tmp_path, services)
+    with w.platform():
+        w.start_sending()
+        w.wait_accepted(100)
+        refused = w.report.refused
+        kafka.nodes[0].kill()
+        eventually(lambda: w.report.refused > refused, 60, "the gateway refusing while the broker is down")
+        kafka.nodes[0].start()
+        kafka.wait()
+        w.fault_ended = time.monotonic()
+        w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
+        w.stop_sending()
+        assert w.report.refused > refused, "nothing was accepted while the broker was down"
+        check(w, "broker killed and restarted")
+
+
+def test_redis_killed_and_restarted_mid_stream(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
+    _, redis = services
+    # 3 retries (3.5 s of backoff, far less than the outage); a slow handler, so a backlog is in
+    # flight (claimed, handled, being recorded) when the store goes away
+    w = workload(tmp_path, services, handler_delay=0.3)
+    with w.platform():
+        w.start_sending()
+        w.wait_accepted(100)
+        refused = w.report.refused
+        redis.kill()
+        eventually(lambda: w.report.refused > refused, 60, "the gateway refusing while the store is down")
+        holds(lambda: True, 10, "an outage longer than the triggers' retry budget")
+        redis.start()
+        w.fault_ended = time.monotonic()
+        w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
+        w.stop_sending()
+        check(w, "redis killed and restarted")
+
+
+def test_the_platform_killed_and_restarted_mid_stream(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
+    w = workload(tmp_path, services, handler_delay=0.3)  # claims are held when the process tree dies
+    home = tmp_path / "home"
+    with w.platform(home) as running:
+        w.start_sending()
+        w.wait_accepted(100)
+        kill_tree(running.proc)
+        w.stop_sending()
+    with w.platform(home):
+        w.fault_ended = time.monotonic()
+        w.start_sending()
+        w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
+        w.stop_sending()
+        check(w, "cascade up killed (SIGKILL to the process group) and restarted")

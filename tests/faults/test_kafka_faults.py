@@ -50,9 +50,8 @@ def check(w: Workload, what: str) -> None:
 
 
 def test_events_accepted_right_after_start_up_are_all_delivered(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
-    w = workload(tmp_path, services)
-    w.rate = 400
-    with w.platform():
+    w = workload(tmp_path, services, rate=400)
+    with w.platform(wait_for=("gateway",)):  # as soon as /readyz says so
         w.start_sending()
         w.wait_accepted(200)
         w.stop_sending()

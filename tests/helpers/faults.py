@@ -154,8 +154,10 @@ class Workload:
             "delivery": {"retry": retry, "backoffDelay": "PT0.5S", "timeout": "PT10S"}}]}))
 
     @contextmanager
-    def platform(self, home: Path | None = None) -> Iterator[Running]:
+    def platform(self, home: Path | None = None, wait_for: tuple[str, ...] = ("gateway", "runtime")) -> Iterator[Running]:
+        """``cascade up``, used as soon as ``wait_for`` answer (the gateway's /readyz: a user sends at once)."""
         with cascade_up(home or self.tmp_path / "home", "--bus", self.bus_url, "--state", self.state_url,
+                        wait_for=wait_for,
                         CASCADE_BUS__TOPIC=self.topic, CASCADE_FUNCTIONS__PATHS=json.dumps([str(self.tmp_path / "fns")]),
                         CASCADE_DISPATCHER__TRIGGERS=json.dumps([str(self.triggers)]),
                         CASCADE_SOURCES__FOLDER_ENABLED="false") as running:

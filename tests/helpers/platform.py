@@ -59,11 +59,12 @@ def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why
 
 @contextmanager
 def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.executable, cwd: Path | None = None,
-               **env: str) -> Iterator[Running]:
+               wait_for: tuple[str, ...] = ("gateway", "runtime", "dashboard"), **env: str) -> Iterator[Running]:
     """Start it with ``args``, wait until gateway, runtime and dashboard answer; stop it after.
 
     ``fast``: functions and model servers scale down within seconds (``FAST``). ``python``:
     the interpreter whose install of Cascade runs (the wheel test's own venv); ``cwd``: where.
+    ``wait_for``: which servers must answer first (a user who saw the gateway ready may send at once).
     """
     command = [python, "-m", "cascade.cli"]
     ports = {name: free_port() for name in ("gateway", "runtime", "dashboard")}
@@ -78,8 +79,9 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
     running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc,
                       command, cwd)
     try:
-        wait_ready(proc, [f"{running.gateway}/readyz", f"{running.runtime}/_runtime/services", running.dashboard], 90,
-                   lambda: log.read_text()[-3000:])
+        urls = {"gateway": f"{running.gateway}/readyz", "runtime": f"{running.runtime}/_runtime/services",
+                "dashboard": running.dashboard}
+        wait_ready(proc, [urls[name] for name in wait_for], 90, lambda: log.read_text()[-3000:])
         yield running
     finally:
         if proc.poll() is None:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from cascade.core.errors import CascadeError
 from cascade.core.versions import version_key
 from cascade.events.bus import EventBus, Record
 from cascade.events.dispatcher.service import trigger_lag
 from cascade.events.envelope import event_type
+from cascade.events.health import Health
 from cascade.events.triggers import Trigger
 from cascade.serving.registry import Registry
 from cascade.serving.runtime.admin import runtime_admin
@@ -40,6 +41,7 @@ class Dashboard:
                  *, keep: int = 200, logs: Callable[[str], str] | None = None) -> None:
         self.bus, self.state, self.topic, self.triggers = bus, state, topic, list(triggers)
         self.runtime_url, self.logs = runtime_url, logs
+        self.health = Health({"bus": bus.ping, "store": state.ping})
         self.events: deque[dict[str, Any]] = deque(maxlen=keep)
         self.counts: dict[str, int] = {}
         self.edges: dict[str, dict[str, Any]] = {}
@@ -97,16 +99,21 @@ class Dashboard:
             self._stop.wait(2.0)
 
     def snapshot(self) -> dict[str, Any]:
+        """Everything the page shows; with the state store down, what needs it is left empty and
+        ``health`` says which dependency is away."""
+        _, health = self.health.report()
+        store_up = health["checks"].get("store") == "ok"
         triggers = []
         for t in self.triggers:
-            stats = self.state.get_record("trigger-stats", t.name) or {}
+            stats = (self.state.get_record("trigger-stats", t.name) if store_up else None) or {}
             triggers.append({"name": t.name, "subscriber": t.subscriber, "ordering": t.ordering,
                              "deadLetterTopic": t.dead_letter_topic, "lag": self.lag.get(t.name),
                              **{k: int(stats.get(k, 0)) for k in ("delivered", "retried", "dead_lettered", "in_flight")}})
-        jobs = sorted(self.state.find_records("job"), key=lambda j: str(j.get("submitted", "")), reverse=True)[:50]
+        jobs = sorted(self.state.find_records("job") if store_up else [], key=lambda j: str(j.get("submitted", "")),
+                      reverse=True)[:50]
         models = [{"model": name, "versions": [{k: v.get(k, "") for k in ("version", "stage", "format", "metrics")}
                                                for v in sorted(versions, key=lambda v: version_key(v["version"]))]}
-                  for name, versions in sorted(Registry(self.state).models().items())]
+                  for name, versions in sorted((Registry(self.state).models() if store_up else {}).items())]
         with self._lock:
             events, counts, edges = list(self.events), dict(self.counts), dict(self.edges)
         return {"now": time.time(), "events": events, "eventCounts": counts, "triggers": triggers,
@@ -116,12 +123,17 @@ class Dashboard:
                           "status": j.get("status", ""), "submitted": j.get("submitted", ""),
                           "framework": (j.get("spec") or {}).get("framework", ""), "metrics": j.get("metrics", {}),
                           "reason": j.get("reason", "")} for j in jobs],
-                "models": models, "edges": edges}
+                "models": models, "edges": edges, "health": health}
 
     def app(self) -> FastAPI:
         api = FastAPI(title="Cascade dashboard", docs_url=None, redoc_url=None)
         api.get("/", response_class=HTMLResponse)(lambda: PAGE.read_text())
         api.get("/api/snapshot")(self.snapshot)
+
+        @api.get("/readyz")
+        def readyz() -> JSONResponse:
+            ready, body = self.health.report()
+            return JSONResponse(body, status_code=200 if ready else 503)
 
         @api.get("/api/jobs/{job_id}/logs", response_class=PlainTextResponse)
         def job_logs(job_id: str) -> PlainTextResponse:

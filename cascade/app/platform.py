@@ -23,6 +23,7 @@ from cascade.core.settings import Settings
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher import Dispatcher
 from cascade.events.gateway import create_app
+from cascade.events.health import Health
 from cascade.events.sources.folder import FolderSource
 from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
@@ -70,7 +71,8 @@ class Platform:
                     self.bus.seed_group(cfg.bus.topic, trigger.group(cfg.bus.topic))
         if runtime:
             rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds,
-                         model_grace=cfg.serving.scale_to_zero_grace_seconds)
+                         model_grace=cfg.serving.scale_to_zero_grace_seconds,
+                         health=Health({"store": self.state.ping}))  # idempotent functions claim events there
             for spec in self.functions:
                 register(rt, spec, state_url=cfg.state_url, scale_to_zero_grace=cfg.functions.scale_to_zero_grace_seconds,
                          queue_timeout=cfg.functions.queue_timeout_seconds, defaults=cfg.functions.annotations)

@@ -178,44 +178,53 @@ class KafkaBus(BusBase):
         self.ensure_topic(topic)
         consumer = self._inspector(None)
         try:
-            parts = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            parts = [KTP(topic, p) for p in sorted(self._guard("metadata", partial(consumer.partitions_for_topic, topic))
+                                                   or ())]
             ends = self._guard("end offsets", lambda: consumer.end_offsets(parts, timeout_ms=self.timeout_ms))
             return {tp.partition: int(off) for tp, off in ends.items()}
         finally:
-            consumer.close()
+            _close_quietly(consumer)
 
     def committed(self, topic: str, group: str) -> dict[int, int]:
         consumer = self._inspector(group)
         try:
             result: dict[int, int] = {}
-            for p in sorted(consumer.partitions_for_topic(topic) or ()):
+            for p in sorted(self._guard("metadata", partial(consumer.partitions_for_topic, topic)) or ()):
                 off = self._guard("committed", lambda: consumer.committed(KTP(topic, p), timeout_ms=self.timeout_ms))
                 if off is not None:
                     result[p] = int(off)
             return result
         finally:
-            consumer.close()
+            _close_quietly(consumer)
 
     def seed_group(self, topic: str, group: str) -> None:
+        """Commit the end of each partition the group has no offset for; checked by reading it back.
+
+        Right after a broker (re)start the group coordinator may still be loading and refuse or
+        drop the commit, so it is tried until it reads back or the request timeout passes.
+        """
         self.ensure_topic(topic)
+        deadline = time.monotonic() + max(self.request_timeout, 10.0)
         consumer = self._inspector(group)
         try:
             parts = [KTP(topic, p) for p in sorted(self._guard("metadata", partial(consumer.partitions_for_topic, topic))
                                                    or ())]
-            missing = [tp for tp in parts
-                       if self._guard("committed", partial(consumer.committed, tp, timeout_ms=self.timeout_ms)) is None]
-            if not missing:
-                return
-            ends = self._guard("end offsets", partial(consumer.end_offsets, missing, timeout_ms=self.timeout_ms))
-            try:
-                consumer.commit({tp: OffsetAndMetadata(int(ends[tp]), "", -1) for tp in missing},
-                                timeout_ms=self.timeout_ms)
-            except CommitFailedError:
-                return  # the group has live members: they already hold positions
-            except KafkaError as exc:
-                raise BusUnavailable(f"kafka {self.bootstrap}: seed {group}: {exc!r}") from exc
+            while True:
+                missing = [tp for tp in parts if self._guard(
+                    "committed", partial(consumer.committed, tp, timeout_ms=self.timeout_ms)) is None]
+                if not missing:
+                    return
+                if time.monotonic() > deadline:
+                    raise BusUnavailable(f"kafka {self.bootstrap}: could not seed group {group} on {topic}")
+                ends = self._guard("end offsets", partial(consumer.end_offsets, missing, timeout_ms=self.timeout_ms))
+                try:
+                    consumer.commit({tp: OffsetAndMetadata(int(ends[tp]), "", -1) for tp in missing},
+                                    timeout_ms=self.timeout_ms)
+                except KafkaError as exc:  # coordinator loading or moving, or live members: read back and see
+                    log.info("kafka group %s: seeding %s: %r; checking again", group, topic, exc)
+                    time.sleep(0.2)
         finally:
-            consumer.close()
+            _close_quietly(consumer)
 
     def ping(self, timeout: float = 2.0) -> None:
         _, admin = self._client()
@@ -247,7 +256,7 @@ class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: Any) -> None:
         tps = [(tp.topic, tp.partition) for tp in revoked]
         offsets = self.member._tracker.committable(tps)
-        if offsets:
+        if offsets and not self.member._closing:
             coordinator = self.member._consumer._coordinator
             try:
                 await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
@@ -268,6 +277,14 @@ class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
         self.member._fresh.update(assigned)
 
 
+def _close_quietly(consumer: Any) -> None:
+    """Close a short-lived inspecting consumer; with the broker away that must neither hang nor raise."""
+    try:
+        consumer.close(autocommit=False, timeout_ms=2000)
+    except Exception as exc:
+        log.debug("closing an inspecting kafka consumer: %r", exc)
+
+
 def _kafka_offsets(positions: dict[TopicPartition, int]) -> dict[Any, Any]:
     return {KTP(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in positions.items()}
 
@@ -278,6 +295,7 @@ class KafkaGroupConsumer:
     def __init__(self, bus: KafkaBus, topics: list[str], group: str, start: Start) -> None:
         self.bus, self.group, self.topics, self.start = bus, group, topics, start
         self._tracker = AckTracker()
+        self._closing = False
         self._fresh: set[Any] = set()  # partitions assigned since the last poll
         self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
         self._start: dict[Any, Any] = {}  # start positions not yet committed (a rebalance got in the way)
@@ -377,10 +395,11 @@ class KafkaGroupConsumer:
     def ack(self, record: Record) -> None:
         self._tracker.ack(record.tp, record.offset)
 
-    def _commit(self, tps: list[TopicPartition] | None = None) -> None:
+    def _commit(self, tps: list[TopicPartition] | None = None, timeout_ms: int | None = None) -> None:
         positions = self._tracker.committable(tps)
         if positions:
-            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions), timeout_ms=self.bus.timeout_ms))
+            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions),
+                                                                    timeout_ms=timeout_ms or self.bus.timeout_ms))
             self._tracker.mark_committed(positions)
         self._last_commit = time.monotonic()
 
@@ -391,7 +410,15 @@ class KafkaGroupConsumer:
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
 
     def close(self) -> None:
+        """Commit what is acknowledged, then leave the group; with the broker away, give up quickly
+        (the uncommitted records come back to the next member: at least once) and never raise."""
         try:
-            self.commit()
-        finally:
-            self._consumer.close(autocommit=False)
+            self._commit(list(self.assignment()), timeout_ms=min(self.bus.timeout_ms, 3000))
+        except BusUnavailable as exc:
+            log.warning("kafka group %s: final commit failed: %s", self.group, exc)
+        self._closing = True  # tried once: leaving the group must not wait to commit again
+        self._tracker.forget(list(self.assignment()))
+        try:
+            self._consumer.close(autocommit=False, timeout_ms=min(self.bus.timeout_ms, 2000))
+        except Exception as exc:
+            log.warning("kafka group %s: closing the consumer failed: %r", self.group, exc)

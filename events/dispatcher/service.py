@@ -11,15 +11,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from cascade.core.errors import RetryableError
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher.http import ThreadLocalHTTP
+from cascade.events.dispatcher.operations import serve_operations
 from cascade.events.dispatcher.worker import TriggerWorker
+from cascade.events.health import Health
 from cascade.events.triggers import Trigger
 from cascade.stores import StateStore
 from cascade.stores.idempotency import Liveness
@@ -41,7 +45,9 @@ class Dispatcher:
     def __init__(self, bus: EventBus, store: StateStore, triggers: Sequence[Trigger], *, topic: str,
                  resolve: Callable[[str], str], stats_interval: float = 2.0) -> None:
         self.bus, self.store, self.topic, self.stats_interval = bus, store, topic, stats_interval
-        self.liveness = Liveness(store)
+        self.liveness = Liveness(store, first_beat=False)  # start() beats; a store away then is tried again
+        self.health = Health({"bus": bus.ping, "store": store.ping})
+        self._server: ThreadingHTTPServer | None = None
         self.client = ThreadLocalHTTP()
         self.workers = {t.name: TriggerWorker(t, bus, store, topic, resolve, self.client, liveness=self.liveness)
                         for t in triggers}
@@ -61,7 +67,7 @@ class Dispatcher:
         stats.start()
         self._threads.append(stats)
         if metrics_port is not None:
-            start_http_server(metrics_port, addr=metrics_host, registry=self.registry)
+            self._server = serve_operations(metrics_host, metrics_port, self.registry, self.health)
 
     def _stats_loop(self) -> None:
         while not self._stop.wait(self.stats_interval):
@@ -70,11 +76,14 @@ class Dispatcher:
             except Exception as exc:  # stats are best effort; delivery goes on
                 log.warning("saving trigger stats failed: %s", exc)
 
-    def save_stats(self) -> None:
+    def save_stats(self, *, lag: bool = True) -> None:
+        """Write each trigger's counters to the store; ``lag`` asks the bus too (not when stopping)."""
         for name, worker in self.workers.items():
-            self.lag[name] = trigger_lag(self.bus, worker.trigger, self.topic)
+            if lag:
+                self.lag[name] = trigger_lag(self.bus, worker.trigger, self.topic)
             doc: dict[str, Any] = {"name": name, "subscriber": worker.trigger.subscriber, "url": worker.url,
-                                   "ordering": worker.trigger.ordering, "lag": self.lag[name], "updated": time.time(),
+                                   "ordering": worker.trigger.ordering, "lag": self.lag.get(name, 0),
+                                   "updated": time.time(),
                                    **worker.stats.snapshot()}
             self.store.put_record("trigger-stats", name, doc)
 
@@ -87,10 +96,15 @@ class Dispatcher:
             worker.stop()
         for thread in self._threads:
             thread.join(timeout)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
         try:
-            self.save_stats()
-        finally:
+            self.save_stats(lag=False)
             self.liveness.stop()
+        except RetryableError as exc:  # the store or bus is away: stopping must not fail on it
+            log.warning("dispatcher stop: %s", exc)
+        finally:
             self.client.close()
 
 

@@ -55,7 +55,7 @@ class TriggerWorker:
                  buffer: int = 1000) -> None:
         self.trigger, self.bus, self.topic, self.client = trigger, bus, topic, client
         self.url = trigger.subscriber if trigger.is_url else resolve(trigger.subscriber)
-        self.idem = Idempotency(store, f"trigger:{trigger.name}",
+        self.idem = Idempotency(store, f"trigger:{trigger.group(topic)}",  # per platform sharing the store
                                 claim_ttl=trigger.delivery.worst_case_seconds() + 30, liveness=liveness)
         self.stats = Stats()
         self._unrecorded: set[tuple[str, str]] = set()  # delivered, but the store did not take the completion

@@ -35,6 +35,7 @@ from cascade.events.gateway.jobs import Jobs
 from cascade.events.gateway.metrics import GatewayMetrics
 from cascade.events.gateway.ratelimit import RateLimiter
 from cascade.events.gateway.tokens import Projects
+from cascade.events.health import Health
 from cascade.stores import StateStore
 
 _PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
@@ -195,14 +196,13 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         """The process is up."""
         return {"status": "ok"}
 
+    health = Health({"bus": gw.bus.ping, "store": gw.store.ping})
+
     @app.get("/readyz", tags=["operations"])
     async def readyz() -> Response:
-        """Ready only when the bus answers."""
-        try:
-            await run_in_threadpool(gw.bus.ping)
-        except CascadeError as exc:
-            return JSONResponse({"status": "bus unavailable", "message": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        """Ready only when the bus and the state store answer; ``checks`` names each one's state."""
+        ready, body = await run_in_threadpool(health.report)
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics", tags=["operations"])
     async def metrics() -> Response:

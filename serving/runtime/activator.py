@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from cascade.events.health import Health
 from cascade.serving.inference import ModelRoutes, Route, parse_path
 from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
 from cascade.serving.runtime.policy import ScalingPolicy
@@ -34,7 +35,7 @@ class Runtime:
     """Every scale-to-zero service of this machine, behind one activator."""
 
     def __init__(self, run_dir: Path, *, tick: float = 0.2, model_grace: float = 30.0,
-                 default_service: str | None = None) -> None:
+                 default_service: str | None = None, health: Health | None = None) -> None:
         self.run_dir, self.tick_seconds = run_dir, tick
         self.services: dict[str, Service] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -42,6 +43,7 @@ class Runtime:
         self.models = ModelRoutes()
         self.model_grace = model_grace
         self.default_service = default_service  # in a pod of one function, every other path goes to it
+        self.health = health or Health({})  # what /readyz checks (the state store of idempotent functions)
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -167,6 +169,10 @@ class Runtime:
             return
         if path == "/healthz":
             await _json(send, 200, {"status": "ok"})
+            return
+        if path == "/readyz":
+            ready, body = await asyncio.to_thread(self.health.report)
+            await _json(send, 200 if ready else 503, body)
             return
         if path.startswith("/_runtime/models"):
             await self.models_api(scope, await _body(receive), send)

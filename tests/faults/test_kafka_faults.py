@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.helpers.faults import RedisServer, Workload, free_port_pair, kafka_cluster, kill_tree
@@ -76,19 +77,46 @@ def test_a_broker_killed_and_restarted_mid_stream(tmp_path: Path, services: tupl
         check(w, "broker killed and restarted")
 
 
+def test_cascade_up_stops_promptly_while_the_broker_is_down(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
+    kafka, _ = services
+    w = workload(tmp_path, services)
+    try:
+        with w.platform() as running:
+            w.start_sending()
+            w.wait_accepted(20)
+            w.stop_sending()
+            kafka.nodes[0].kill()
+            started = time.monotonic()
+            running.proc.terminate()
+            code = running.proc.wait(90)
+            print(f"\nstopped {time.monotonic() - started:.1f}s after SIGTERM with the broker down; exit code {code}")
+            log = running.log.read_text()
+            assert code == 0 and "Exception in thread" not in log, log[-3000:]
+            assert time.monotonic() - started < 30, "stopping waited on the dead broker"
+    finally:
+        kafka.nodes[0].start()
+        kafka.wait()
+
+
 def test_redis_killed_and_restarted_mid_stream(tmp_path: Path, services: tuple[Any, RedisServer]) -> None:
     _, redis = services
     # 3 retries (3.5 s of backoff, far less than the outage); a slow handler, so a backlog is in
     # flight (claimed, handled, being recorded) when the store goes away
     w = workload(tmp_path, services, handler_delay=0.3)
-    with w.platform():
+    with w.platform() as running:
         w.start_sending()
         w.wait_accepted(100)
         refused = w.report.refused
         redis.kill()
         eventually(lambda: w.report.refused > refused, 60, "the gateway refusing while the store is down")
+        for url in (f"{running.gateway}/readyz", f"{running.runtime}/readyz", f"{running.dashboard}/readyz"):
+            reply = httpx.get(url, timeout=30)
+            assert reply.status_code == 503 and reply.json()["checks"]["store"] != "ok", (url, reply.text)
+        assert reply.json()["checks"]["bus"] == "ok", "the page names the dependency that is away"
         holds(lambda: True, 10, "an outage longer than the triggers' retry budget")
         redis.start()
+        for url in (f"{running.gateway}/readyz", f"{running.runtime}/readyz", f"{running.dashboard}/readyz"):
+            eventually(lambda: httpx.get(url, timeout=30).status_code == 200, 30, f"{url} ready again")
         w.fault_ended = time.monotonic()
         w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
         w.stop_sending()
@@ -108,4 +136,4 @@ def test_the_platform_killed_and_restarted_mid_stream(tmp_path: Path, services: 
         w.start_sending()
         w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
         w.stop_sending()
-        check(w, "cascade up killed (SIGKILL to the process group) and restarted")
+        check(w, "cascade up killed (SIGKILL to every process of its tree) and restarted")

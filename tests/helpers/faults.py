@@ -167,7 +167,7 @@ class Workload:
     def _send(self, gateway: str, token: str) -> None:
         with httpx.Client(timeout=30) as client:
             while not self._stop.is_set():
-                event_id = f"e-{self.report.sent:06d}"
+                event_id = f"{self.topic}-{self.report.sent:06d}"  # CloudEvents ids are unique per source
                 self.report.sent += 1
                 event = {"specversion": "1.0", "id": event_id, "source": "/faults", "datacontenttype": "application/json",
                          "type": "io.cascade.dataset.uploaded.v1",

@@ -55,13 +55,21 @@ class SqliteStore:
                 if self._writes % self._purge_every == 0:
                     self._conn.execute("DELETE FROM kv WHERE expires <= ?", (time.time(),))
                 self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    self._conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled back already (a full disk does)
+                if isinstance(exc, sqlite3.Error):  # a full disk, a read-only file, an I/O error
+                    raise StoreUnavailable(f"sqlite store {self.path}: {exc}") from exc
                 raise
 
     def _read(self, sql: str, args: Sequence[Any]) -> list[Any]:
         with self._lock:
-            return self._conn.execute(sql, args).fetchall()
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"sqlite store {self.path}: {exc}") from exc
 
     @staticmethod
     def _expires(ttl: float | None) -> float | None:

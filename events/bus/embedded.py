@@ -66,11 +66,14 @@ class EmbeddedBus(BusBase):
 
     def ensure_topic(self, topic: str, partitions: int | None = None) -> None:
         with self._lock:
-            conn = self._tx()
             try:
-                self._partitions(conn, topic, partitions)
-            finally:
-                conn.execute("COMMIT")
+                conn = self._tx()
+                try:
+                    self._partitions(conn, topic, partitions)
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
 
     def append(self, topic: str, records: Sequence[WireRecord]) -> list[Position]:
         now = time.time()
@@ -101,8 +104,13 @@ class EmbeddedBus(BusBase):
                     )
                     positions.append(Position(topic, part, heads[part]))
                 conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # nothing was written, or SQLite rolled back already (a full disk does)
+                if isinstance(exc, sqlite3.Error):  # a full disk, a read-only file, an I/O error: nothing stored
+                    raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
                 raise
         with self._changed:
             self._changed.notify_all()

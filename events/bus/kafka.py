@@ -239,10 +239,10 @@ class KafkaBus(BusBase):
         """Close the clients; a dead broker makes this give up after a few seconds, never hang or raise."""
         with self._lock:
             producer, admin, self._producer, self._admin = self._producer, self._admin, None, None
-        for client, close in ((producer, lambda c: c.close(timeout=5)), (admin, lambda c: c.close())):
+        for client in (producer, admin):
             if client is not None:
                 try:
-                    close(client)
+                    client.close(timeout=5) if client is producer else client.close()
                 except Exception as exc:
                     log.warning("kafka %s: closing a client failed: %r", self.bootstrap, exc)
 

@@ -171,8 +171,8 @@ class Runtime:
             await _json(send, 200, {"status": "ok"})
             return
         if path == "/readyz":
-            ready, body = await asyncio.to_thread(self.health.report)
-            await _json(send, 200 if ready else 503, body)
+            ready, report = await asyncio.to_thread(self.health.report)
+            await _json(send, 200 if ready else 503, report)
             return
         if path.startswith("/_runtime/models"):
             await self.models_api(scope, await _body(receive), send)

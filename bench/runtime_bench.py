@@ -15,13 +15,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import uvicorn
-
 from bench.common import percentile, table, timed_post
+from cascade.core.asgi import ServerThread
 from cascade.core.ports import free_port
 from cascade.events.bindings import http as ce_http
 from cascade.events.envelope import new_event
@@ -56,11 +54,7 @@ def main() -> None:
     service = runtime.add_function("fn", ScalingPolicy(initial_scale=0, window=3600, scale_to_zero_grace=3600),
                                    {"path": str(home / "fn"), "module": "handler"})
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(runtime, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
+    server = ServerThread(runtime, port=port, name="runtime").start()
     assert runtime.loop is not None
     headers, body = ce_http.to_binary(new_event("job.cancelled", {"jobId": "j"}, source="/bench"))
     conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -74,8 +68,7 @@ def main() -> None:
     warm_via = [timed_post(conn, "/functions/fn", headers, body) for _ in range(args.warm)]
     direct = UnixHTTPConnection(instance.socket)
     warm_direct = [timed_post(direct, "/", headers, body) for _ in range(args.warm)]
-    server.should_exit = True
-    thread.join(30)
+    server.stop(30)
     rows = [["python -c pass (baseline)", percentile(base, 50), percentile(base, 99), 1.0],
             ["cold start through the activator", percentile(cold, 50), percentile(cold, 99),
              percentile(cold, 50) / percentile(base, 50)]]

@@ -15,13 +15,11 @@ import json
 import re
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import uvicorn
-
 from bench.common import percentile, table, timed_post
+from cascade.core.asgi import ServerThread
 from cascade.core.ports import free_port
 from cascade.serving.runtime.activator import Runtime
 
@@ -41,11 +39,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="cascade-serving-bench-"))
     runtime = Runtime(home / "run", tick=3600, model_grace=3600)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(runtime, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
+    server = ServerThread(runtime, port=port, name="runtime").start()
     assert runtime.loop is not None
     artifact = models.torchscript(home)
     deploy = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -69,8 +63,7 @@ def main() -> None:
         cold.append(post(via, "/v1/models/m:predict", body))
         log = sorted(service.run_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)[-1].read_text()
         loads.append(float(re.findall(r"model loaded in ([\d.]+)s", log)[-1]) * 1000)
-    server.should_exit = True
-    thread.join(60)
+    server.stop(60)
     added = percentile(warm_via, 50) - percentile(warm_direct, 50)
     print(table(f"Warm V1 predict (ms, {args.warm} calls); the inference gateway adds {added:.3f} ms at p50",
                 ["path", "p50", "p99", "p50 ratio"],

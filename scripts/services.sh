@@ -94,7 +94,9 @@ start_redis() {
     echo "services: installing Debian's redis-server"
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null
   fi
-  redis-server --daemonize yes --bind 127.0.0.1 --port $redis_port --save "" --appendonly no \
+  mkdir -p "$cache/redis"  # append-only file: tokens, job records and claims survive a restart
+  redis-server --daemonize yes --bind 127.0.0.1 --port $redis_port --save "" --appendonly yes \
+      --appendfsync everysec --dir "$cache/redis" \
       --logfile "$cache/redis.log" --pidfile "$cache/redis.pid" >/dev/null
   wait_for redis 20 sh -c "[ \"\$(redis-cli -p $redis_port ping 2>/dev/null)\" = PONG ]"
   echo "services: redis up on 127.0.0.1:$redis_port"

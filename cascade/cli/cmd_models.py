@@ -76,11 +76,8 @@ def edge_agent(
 ) -> None:
     """Run an edge agent: take matching model.released events and serve them locally."""
     import signal
-    import threading
-    import time
 
-    import uvicorn
-
+    from cascade.core.asgi import ServerThread
     from cascade.serving.edge import EdgeAgent
     from cascade.serving.runtime.activator import Runtime
 
@@ -96,13 +93,11 @@ def edge_agent(
     home.mkdir(parents=True, exist_ok=True)
     the_bus = wiring.bus(cfg)
     runtime = Runtime(home / "run", tick=cfg.functions.tick_seconds, model_grace=cfg.serving.scale_to_zero_grace_seconds)
-    server = uvicorn.Server(uvicorn.Config(runtime, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            fail(f"port {port} is in use")
-        time.sleep(0.02)
+    try:
+        server = ServerThread(runtime, "127.0.0.1", port, name="edge-runtime").start()
+    except RuntimeError:
+        fail(f"port {port} is in use")
+        raise
     agent = EdgeAgent(cluster, labels, the_bus, cfg.bus.topic, home, runtime, f"http://127.0.0.1:{port}",
                       heartbeat=heartbeat, annotations=cfg.serving.annotations)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
@@ -112,8 +107,7 @@ def edge_agent(
     except KeyboardInterrupt:
         pass
     finally:
-        server.should_exit = True
-        thread.join(60)
+        server.stop()
 
 
 @edge_app.command("ls")

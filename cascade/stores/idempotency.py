@@ -4,10 +4,10 @@ Before running a handler, claim ``(scope, source, id)`` with a TTL. A claim that
 says *done* means the event was handled: acknowledge it without a second invocation. A
 claim held by someone else is *busy*. A claim left by a crashed process expires after its
 TTL and the event is handled again; with a :class:`Liveness` the claim is taken over as
-soon as its owner stops beating, without waiting for the TTL. A claim its own owner asks for
-again (its last attempt failed and could not give the claim back, e.g. while the store was
-down) is granted again. Written once over the StateStore protocol, so Redis and SQLite behave
-the same.
+soon as its owner stops beating, without waiting for the TTL. An owner whose own attempt
+ended without giving the claim back (the store was down) asks ``held`` before trying again:
+the claim is still its own. Written once over the StateStore protocol, so Redis and SQLite
+behave the same.
 """
 
 from __future__ import annotations
@@ -89,14 +89,17 @@ class Idempotency:
                 return Claim.DONE
             if current is None:
                 continue  # expired or released meanwhile: try again
-            if current == self.owner:
-                return Claim.ACQUIRED  # ours from an attempt that could not release it
             if self.liveness and current != self.owner and not self.liveness.alive(current.decode()):
                 if self.store.cas(key, current, self.owner, ttl=self.claim_ttl):
                     return Claim.ACQUIRED  # its owner died: take it over now
                 continue
             return Claim.BUSY
         return Claim.BUSY
+
+    def held(self, source: str, id: str) -> bool:
+        """Whether this owner holds the claim: for a caller whose own attempt ended without
+        completing or releasing it (never for deciding between two concurrent attempts)."""
+        return self.store.get(self.key(source, id)) == self.owner
 
     def complete(self, source: str, id: str) -> None:
         self.store.put(self.key(source, id), DONE, ttl=self.done_ttl)

@@ -125,10 +125,11 @@ class TriggerWorker:
 
     # -- one record --------------------------------------------------------------------
     def _handle_and_ack(self, record: Record) -> None:
+        held: set[tuple[str, str]] = set()  # claims this record's own attempts took and still hold
         try:
             while not self.stop_event.is_set():
                 try:
-                    if self.handle(record):
+                    if self.handle(record, held):
                         assert self._consumer is not None
                         self._consumer.ack(record)
                     return
@@ -141,8 +142,10 @@ class TriggerWorker:
             self.stats.add(in_flight=-1)
             self._slots.release()
 
-    def handle(self, record: Record) -> bool:
-        """Handle one record; True when it may be acknowledged."""
+    def handle(self, record: Record, held: set[tuple[str, str]] | None = None) -> bool:
+        """Handle one record; True when it may be acknowledged. ``held``: claims an earlier attempt
+        at this same record took and could not give back (the store was down)."""
+        held = set() if held is None else held
         try:
             event = record.event()
             check_event(event)
@@ -159,11 +162,16 @@ class TriggerWorker:
             self.idem.complete(source, ident)
             self._unrecorded.discard((source, ident))
             return True
-        claim = self.idem.claim(source, ident)
+        if (source, ident) in held and self.idem.held(source, ident):
+            claim = Claim.ACQUIRED  # our own earlier attempt at this record still holds it
+        else:
+            claim = self.idem.claim(source, ident)
         while claim is Claim.BUSY:  # another dispatcher is on it (rebalance) or crashed holding it
             if self.stop_event.wait(0.5):
                 return False
             claim = self.idem.claim(source, ident)
+        if claim is Claim.ACQUIRED:
+            held.add((source, ident))
         if claim is Claim.DONE:
             self.stats.add(duplicates=1)
             return True

@@ -58,12 +58,24 @@ class Instance:
         self.idem: Idempotency | None = None
         self.liveness: Liveness | None = None
         self.unrecorded: set[tuple[str, str]] = set()  # handled; completion not yet recorded in the store
+        self.unreleased: set[tuple[str, str]] = set()  # failed; the claim could not be given back
         if config.get("idempotent") and config.get("state_url"):
             self.store = open_store(config["state_url"])
             self.liveness = Liveness(self.store, f"fn:{name}:{os.getpid()}:{os.urandom(4).hex()}", ttl=5.0,
                                      first_beat=False)
             self.idem = Idempotency(self.store, f"fn:{name}", claim_ttl=float(config.get("claim_ttl", 300)),
                                     liveness=self.liveness)
+
+    def _handle_and_record(self, event: CloudEvent, source: str, ident: str) -> tuple[Any, bool]:
+        """Run a sync handler, then record its completion at once (False: not recorded yet)."""
+        result = self.handle(event)
+        if self.idem is None:
+            return result, False
+        try:
+            self.idem.complete(source, ident)
+        except RetryableError:
+            return result, False
+        return result, True
 
     async def _record_done(self, source: str, ident: str) -> None:
         """Record a completion, retrying while the store is away."""
@@ -86,23 +98,31 @@ class Instance:
             if (source, ident) in self.unrecorded:
                 return 200, [], b""  # handled here already; its completion is on its way to the store
             try:
-                claim = await asyncio.to_thread(self.idem.claim, source, ident)
+                if (source, ident) in self.unreleased and await asyncio.to_thread(self.idem.held, source, ident):
+                    claim = Claim.ACQUIRED  # our failed attempt's claim, still ours: the retry runs here
+                else:
+                    claim = await asyncio.to_thread(self.idem.claim, source, ident)
+                self.unreleased.discard((source, ident))
             except RetryableError as exc:
                 return 503, [("retry-after", "1"), INFRASTRUCTURE], f"state store unavailable: {exc}".encode()
             if claim is Claim.DONE:
                 return 200, [], b""
             if claim is Claim.BUSY:
                 return 503, [("retry-after", "1"), INFRASTRUCTURE], b"this event is being handled by another instance"
+        recorded = False
         try:
-            result = await self.handle(event) if self.is_async else await asyncio.to_thread(self.handle, event)
+            if self.is_async:
+                result = await self.handle(event)
+            else:  # the completion follows in the same thread: the window where a crash duplicates is minimal
+                result, recorded = await asyncio.to_thread(self._handle_and_record, event, source, ident)
         except Exception:
             if self.idem is not None:
                 try:
                     await asyncio.to_thread(self.idem.release, source, ident)
                 except RetryableError:
-                    pass  # still ours: the retry that comes back here claims it again
+                    self.unreleased.add((source, ident))  # still ours: a retry that comes back here runs it
             return 500, [("content-type", "text/plain")], traceback.format_exc()[-2000:].encode()
-        if self.idem is not None:
+        if self.idem is not None and not recorded:
             try:
                 await asyncio.to_thread(self.idem.complete, source, ident)
             except RetryableError:

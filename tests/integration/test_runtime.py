@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
+from cascade.core.asgi import ServerThread
 from cascade.core.ports import free_port
 from cascade.events.bindings import http as ce_http
 from cascade.events.envelope import new_event
@@ -81,25 +81,19 @@ class Env:
 def make(tmp_path: Path) -> Iterator[object]:
     (tmp_path / "probe").mkdir()
     (tmp_path / "probe" / "handler.py").write_text(PROBE)
-    started: list[tuple[uvicorn.Server, threading.Thread]] = []
+    started: list[ServerThread] = []
 
     def build(tick: float = 0.05, config: dict[str, object] | None = None, **policy: object) -> Env:
         runtime = Runtime(tmp_path / "run", tick=tick)
         service = runtime.add_function("probe", ScalingPolicy(**policy),  # type: ignore[arg-type]
                                        {"path": str(tmp_path / "probe"), "module": "handler", **(config or {})})
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(runtime, port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        while not server.started:
-            time.sleep(0.01)
-        return Env(runtime, f"http://127.0.0.1:{port}", service)
+        server = ServerThread(runtime, port=free_port(), name="runtime").start()
+        started.append(server)
+        return Env(runtime, server.url, service)
 
     yield build
-    for server, thread in started:
-        server.should_exit = True
-        thread.join(30)
+    for server in started:
+        server.stop(30)
 
 
 def test_scales_from_zero_on_the_first_event_and_back_after_the_grace_period(make: object) -> None:

@@ -3,7 +3,6 @@ failed loads that keep the previous version, and canary splits."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import Any, Callable
 
 import httpx
 import pytest
-import uvicorn
 
+from cascade.core.asgi import ServerThread
 from cascade.core.ports import free_port
 from cascade.serving.runtime.activator import Runtime
 from tests.helpers import models
@@ -26,15 +25,9 @@ X = [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]]  # y = 2.5 and 2.0 for w = [1, 
 def runtime(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Runtime, str]]:
     grace = getattr(request, "param", 0.5)  # short, so scale to zero shows within a test
     rt = Runtime(tmp_path / "run", tick=0.05, model_grace=grace)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(rt, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield rt, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(60)
+    server = ServerThread(rt, port=free_port(), name="runtime").start()
+    yield rt, server.url
+    server.stop()
 
 
 def deploy(url: str, model: str, version: str, artifact: Path, fmt: str, **extra: Any) -> httpx.Response:

@@ -16,7 +16,8 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from cascade.core.errors import BusUnavailable
@@ -56,6 +57,27 @@ class EmbeddedBus(BusBase):
         self._conn.execute("BEGIN IMMEDIATE")
         return self._conn
 
+    @contextmanager
+    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock; any SQLite error (a full disk, a read-only file,
+        an I/O error) rolls back and leaves as BusUnavailable: nothing of it was stored."""
+        with self._lock:
+            try:
+                conn = self._tx()
+            except sqlite3.Error as exc:
+                raise BusUnavailable(f"embedded bus {self.path}: {what}: {exc}") from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled back already (a full disk does)
+                if isinstance(exc, sqlite3.Error):
+                    raise BusUnavailable(f"embedded bus {self.path}: {what}: {exc}") from exc
+                raise
+
     def _partitions(self, conn: sqlite3.Connection, topic: str, wanted: int | None = None) -> int:
         row = conn.execute("SELECT partitions FROM topics WHERE name=?", (topic,)).fetchone()
         if row:
@@ -65,53 +87,32 @@ class EmbeddedBus(BusBase):
         return count
 
     def ensure_topic(self, topic: str, partitions: int | None = None) -> None:
-        with self._lock:
-            try:
-                conn = self._tx()
-                try:
-                    self._partitions(conn, topic, partitions)
-                finally:
-                    conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
+        with self._write(f"create topic {topic}") as conn:
+            self._partitions(conn, topic, partitions)
 
     def append(self, topic: str, records: Sequence[WireRecord]) -> list[Position]:
         now = time.time()
         positions: list[Position] = []
-        with self._lock:
-            try:
-                conn = self._tx()
-            except sqlite3.Error as exc:
-                raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
-            try:
-                count = self._partitions(conn, topic)
-                heads: dict[int, int] = {}
-                for rec in records:
-                    if rec.key is None:
-                        part = self._round_robin % count
-                        self._round_robin += 1
-                    else:
-                        part = zlib.crc32(rec.key) % count
-                    if part not in heads:
-                        row = conn.execute(
-                            "SELECT MAX(off) FROM log WHERE topic=? AND part=?", (topic, part)
-                        ).fetchone()
-                        heads[part] = -1 if row[0] is None else int(row[0])
-                    heads[part] += 1
-                    conn.execute(
-                        "INSERT INTO log VALUES(?,?,?,?,?,?,?)",
-                        (topic, part, heads[part], rec.key, encode_headers(rec.headers), rec.value, now),
-                    )
-                    positions.append(Position(topic, part, heads[part]))
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass  # nothing was written, or SQLite rolled back already (a full disk does)
-                if isinstance(exc, sqlite3.Error):  # a full disk, a read-only file, an I/O error: nothing stored
-                    raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
-                raise
+        with self._write(f"publish to {topic}") as conn:
+            count = self._partitions(conn, topic)
+            heads: dict[int, int] = {}
+            for rec in records:
+                if rec.key is None:
+                    part = self._round_robin % count
+                    self._round_robin += 1
+                else:
+                    part = zlib.crc32(rec.key) % count
+                if part not in heads:
+                    row = conn.execute(
+                        "SELECT MAX(off) FROM log WHERE topic=? AND part=?", (topic, part)
+                    ).fetchone()
+                    heads[part] = -1 if row[0] is None else int(row[0])
+                heads[part] += 1
+                conn.execute(
+                    "INSERT INTO log VALUES(?,?,?,?,?,?,?)",
+                    (topic, part, heads[part], rec.key, encode_headers(rec.headers), rec.value, now),
+                )
+                positions.append(Position(topic, part, heads[part]))
         with self._changed:
             self._changed.notify_all()
         return positions
@@ -133,20 +134,11 @@ class EmbeddedBus(BusBase):
         return {p: int(rows.get(p, 0)) for p in range(count)}
 
     def seed_group(self, topic: str, group: str) -> None:
-        with self._lock:
-            try:
-                conn = self._tx()
-            except sqlite3.Error as exc:
-                raise BusUnavailable(f"embedded bus {self.path}: {exc}") from exc
-            try:
-                for part in range(self._partitions(conn, topic)):
-                    (high,) = conn.execute("SELECT MAX(off) FROM log WHERE topic=? AND part=?", (topic, part)).fetchone()
-                    conn.execute("INSERT OR IGNORE INTO offsets VALUES(?,?,?,?)",
-                                 (group, topic, part, 0 if high is None else int(high) + 1))
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
-                raise BusUnavailable(f"embedded bus {self.path}: seed {group}: {exc}") from exc
+        with self._write(f"seed {group}") as conn:
+            for part in range(self._partitions(conn, topic)):
+                (high,) = conn.execute("SELECT MAX(off) FROM log WHERE topic=? AND part=?", (topic, part)).fetchone()
+                conn.execute("INSERT OR IGNORE INTO offsets VALUES(?,?,?,?)",
+                             (group, topic, part, 0 if high is None else int(high) + 1))
 
     def committed(self, topic: str, group: str) -> dict[int, int]:
         with self._lock:

@@ -15,7 +15,7 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource
 
-from tests.helpers.faults import RedisServer, Workload, free_port_pair, kafka_cluster
+from tests.helpers.faults import RedisServer, Workload, own_services
 from tests.helpers.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -23,16 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, RedisServer]]:
-    root = tmp_path_factory.mktemp("cluster")
-    kafka = kafka_cluster().Cluster(root / "kafka", 3, free_port_pair(6))
-    kafka.start()
-    redis = RedisServer(root / "redis")
-    redis.start()
-    try:
-        yield kafka, redis
-    finally:
-        kafka.stop()
-        redis.kill()
+    with own_services(tmp_path_factory.mktemp("cluster"), brokers=3) as started:
+        yield started
 
 
 def test_one_of_three_brokers_killed_mid_stream(tmp_path: Path, cluster: tuple[Any, RedisServer]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.faults import RedisServer, Workload, free_port_pair, kafka_cluster, kill_tree
+from tests.helpers.faults import RedisServer, Workload, kill_tree, own_services
 from tests.helpers.waiting import eventually, holds
 
 pytestmark = pytest.mark.slow
@@ -23,16 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, RedisServer]]:
-    root = tmp_path_factory.mktemp("services")
-    kafka = kafka_cluster().Cluster(root / "kafka", 1, free_port_pair())
-    kafka.start()
-    redis = RedisServer(root / "redis")
-    redis.start()
-    try:
-        yield kafka, redis
-    finally:
-        kafka.stop()
-        redis.kill()
+    with own_services(tmp_path_factory.mktemp("services")) as started:
+        yield started
 
 
 def workload(tmp_path: Path, services: tuple[Any, RedisServer], **options: Any) -> Workload:

@@ -63,6 +63,20 @@ def free_port_pair(count: int = 6) -> int:
     raise RuntimeError("no free port range")
 
 
+@contextmanager
+def own_services(root: Path, brokers: int = 1) -> Iterator[tuple[Any, RedisServer]]:
+    """This test module's own Kafka (``brokers`` KRaft nodes) and Redis, on ports nobody else uses."""
+    kafka = kafka_cluster().Cluster(root / "kafka", brokers, free_port_pair(2 * max(brokers, 3)))
+    kafka.start()
+    redis = RedisServer(root / "redis")
+    redis.start()
+    try:
+        yield kafka, redis
+    finally:
+        kafka.stop()
+        redis.kill()
+
+
 class RedisServer:
     """Debian's redis-server with an append-only file fsynced on every write, so kill -9 loses nothing."""
 

@@ -158,9 +158,11 @@ class TriggerWorker:
         source, ident = str(event["source"]), str(event["id"])
         if event.get("cascadereplay"):
             ident += f"#replay{event['cascadereplay']}"
-        if (source, ident) in self._unrecorded:  # delivered; only recording it failed (store away)
+        if (source, ident) in self._unrecorded:  # delivered already (by this or a concurrent attempt)
             self.idem.complete(source, ident)
             self._unrecorded.discard((source, ident))
+            if (source, ident) not in held:  # not this record's own retry: a second copy of the event
+                self.stats.add(duplicates=1)
             return True
         if (source, ident) in held and self.idem.held(source, ident):
             claim = Claim.ACQUIRED  # our own earlier attempt at this record still holds it
@@ -192,7 +194,7 @@ class TriggerWorker:
             else:
                 self._dead_letter(record, outcome.code, outcome.error, outcome.attempts)
         except RetryableError:
-            raise  # bus or store away: the claim stays ours (and is granted to us again), the record comes back
+            raise  # bus or store away: the claim stays ours (this record's next attempt re-takes it)
         except BaseException:
             self.idem.release(source, ident)
             raise

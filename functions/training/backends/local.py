@@ -24,6 +24,8 @@ from cascade.stores import StateStore
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:  # no supervisor recorded (kill(0) would signal our own process group)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

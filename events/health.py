@@ -9,6 +9,7 @@ the failing one is named. Checks are blocking client calls: callers on an event 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,9 +21,17 @@ Check = Callable[[], None]  # raises (BusUnavailable, StoreUnavailable...) when 
 class Health:
     def __init__(self, checks: Mapping[str, Check]) -> None:
         self.checks = dict(checks)
+        self._last: tuple[float, tuple[bool, dict[str, Any]]] | None = None
 
-    def report(self) -> tuple[bool, dict[str, Any]]:
-        """(ready, {"status": "ready"|"unavailable", "checks": {name: "ok" | why}})."""
+    def report(self, max_age: float = 0.0) -> tuple[bool, dict[str, Any]]:
+        """(ready, {"status": "ready"|"unavailable", "checks": {name: "ok" | why}}).
+
+        ``max_age``: a report at most that many seconds old may be returned instead of asking
+        again (for a page polled several times a second; ``/readyz`` always asks).
+        """
+        last = self._last
+        if max_age > 0 and last is not None and time.monotonic() - last[0] <= max_age:
+            return last[1]
         results: dict[str, str] = {}
         for name, check in self.checks.items():
             try:
@@ -33,4 +42,6 @@ class Health:
             except Exception as exc:  # a client that raises outside the error tree is still "down"
                 results[name] = f"{type(exc).__name__}: {exc}"[:300]
         ready = all(v == "ok" for v in results.values())
-        return ready, {"status": "ready" if ready else "unavailable", "checks": results}
+        report = ready, {"status": "ready" if ready else "unavailable", "checks": results}
+        self._last = (time.monotonic(), report)
+        return report

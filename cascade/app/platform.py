@@ -84,9 +84,12 @@ class Platform:
                 self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,
                                            settle=cfg.sources.settle_seconds)
                 threading.Thread(target=self.folder.run, name="folder-source", daemon=True).start()
-        if dashboard and cfg.dashboard.port:
+        show = bool(dashboard and cfg.dashboard.port)
+        # one training-backend client for the dashboard's job logs and the job watcher, only if either runs
+        backend = open_backend(cfg, self.state) if show or dispatcher else None
+        if show and backend is not None:
             self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url,
-                                       keep=cfg.dashboard.events, logs=lambda job: str(open_backend(cfg, self.state).logs(job)))
+                                       keep=cfg.dashboard.events, logs=backend.logs)
             self.dashboard.start()
             self._serve(self.dashboard.app(), cfg.gateway.host, cfg.dashboard.port, "dashboard")
         try:
@@ -94,10 +97,10 @@ class Platform:
         except RuntimeError:
             self.stop()
             raise
-        if dispatcher:
-            self.watcher = JobWatcher(open_backend(cfg, self.state), self.bus, cfg.bus.topic,
-                                      interval=cfg.training.watch_seconds)
+        if dispatcher and backend is not None:
+            self.watcher = JobWatcher(backend, self.bus, cfg.bus.topic, interval=cfg.training.watch_seconds)
             self.watcher.start()
+        if dispatcher:
             self.dispatcher = Dispatcher(self.bus, self.state, self.triggers, topic=cfg.bus.topic,
                                          resolve=cfg.function_url)
             self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None, metrics_host=cfg.gateway.host)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.helpers.platform import cascade_up
+from tests.helpers.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM_FUNCTIONS = {"deploy-model", "launch-finetune", "launch-training", "release-model"}
@@ -80,11 +80,7 @@ def test_the_installed_wheel_serves_platform_and_user_functions(wheel_python: st
                            headers={"authorization": f"Bearer {running.token}",
                                     "content-type": "application/cloudevents+json"})
         assert reply.status_code == 202, reply.text
-        deadline = time.monotonic() + 60
-        while not (out.exists() and out.read_text().strip()):
-            assert time.monotonic() < deadline, "the event never reached the user function: " + \
-                running.log.read_text()[-3000:]
-            time.sleep(0.1)
+        eventually(lambda: out.exists() and bool(out.read_text().strip()), 60, "the event reaching the user function")
         assert json.loads(out.read_text().splitlines()[0]) == {"id": "wheel-1", "mark": "user-schemas",
                                                               "helper": "user-events"}
         demo = running.cascade("demo", "--timeout", "240")

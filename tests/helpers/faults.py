@@ -32,7 +32,7 @@ from cascade.core.ports import free_port
 from cascade.events.bus import open_bus
 from tests.helpers.platform import Running, cascade_up
 from tests.helpers.subscriber import Subscriber
-from tests.helpers.waiting import eventually
+from tests.helpers.waiting import eventually, until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,11 +229,7 @@ class Workload:
     def settle(self, timeout: float = 180) -> str:
         """Wait until every accepted event reached both triggers (or ``timeout``); the report line."""
         accepted = set(self.report.accepted)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if accepted <= set(self.effects()) and accepted <= set(self.hook_ids()):
-                break
-            time.sleep(0.2)
+        until(lambda: accepted <= set(self.effects()) and accepted <= set(self.hook_ids()), timeout, 0.2)
         effects, hooks = self.effects(), self.hook_ids()
         sink = self.report.line(set(effects), effects, effects, self.dead_letters())
         hook = self.report.line(set(hooks), hooks, effects, 0)

@@ -1,6 +1,7 @@
 """Waiting in tests: on a condition, with one deadline, never for a fixed time.
 
-``eventually`` polls a check; ``events_until`` reads a topic from the beginning with a fresh
+``until`` polls a check and says whether it came true in time; ``eventually`` fails the
+test when it did not; ``events_until`` reads a topic from the beginning with a fresh
 consumer group until the events seen so far satisfy ``done``.
 """
 
@@ -16,14 +17,21 @@ import pytest
 from cascade.events.bus import EventBus
 
 
-def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition",
-               interval: float = 0.05) -> None:
-    """Return once ``check()`` is true; fail after ``timeout`` seconds."""
+def until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """True once ``check()`` is true; False when ``timeout`` seconds passed first."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout:g}s")
+            return False
         time.sleep(interval)
+    return True
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition",
+               interval: float = 0.05) -> None:
+    """Return once ``check()`` is true; fail after ``timeout`` seconds."""
+    if not until(check, timeout, interval):
+        pytest.fail(f"{what} did not happen within {timeout:g}s")
 
 
 def holds(check: Callable[[], bool], duration: float, what: str = "condition", interval: float = 0.05) -> None:

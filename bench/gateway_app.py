@@ -8,12 +8,12 @@ from pathlib import Path
 from cascade.core.settings import GatewaySettings
 from cascade.events.bus import open_bus
 from cascade.events.gateway import create_app
-from cascade.events.gateway.tokens import Projects
+from cascade.events.identity import Projects
 from cascade.stores.sqlite import SqliteStore
 
 home = Path(os.environ["CASCADE_BENCH_HOME"])
 store = SqliteStore(home / "state.db")
-projects = Projects(store, cache_seconds=60)
+projects = Projects(store)
 projects.create_project("bench")
 (home / "token").write_text(projects.create_token("bench"))
 app = create_app(open_bus(os.environ.get("CASCADE_BENCH_BUS", "kafka://127.0.0.1:9092")), store,

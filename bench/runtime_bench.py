@@ -50,7 +50,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="cascade-rt-bench-"))
     (home / "fn").mkdir()
     (home / "fn" / "handler.py").write_text(HANDLER)
-    runtime = Runtime(home / "run", tick=3600)  # no autoscaling between trials: each first request is cold
+    runtime = Runtime(home / "run", auth=None, tick=3600)  # no autoscaling between trials: each first request is cold
     service = runtime.add_function("fn", ScalingPolicy(initial_scale=0, window=3600, scale_to_zero_grace=3600),
                                    {"path": str(home / "fn"), "module": "handler"})
     port = free_port()

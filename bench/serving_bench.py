@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=10)
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="cascade-serving-bench-"))
-    runtime = Runtime(home / "run", tick=3600, model_grace=3600)
+    runtime = Runtime(home / "run", auth=None, tick=3600, model_grace=3600)
     port = free_port()
     server = ServerThread(runtime, port=port, name="runtime").start()
     assert runtime.loop is not None

@@ -50,9 +50,10 @@ class Models:
         model = (job.get("spec") or {}).get("model")
         if not model:
             return []
-        path = Path(unquote(urlparse(str(data["artifactUri"])).path)) / model["file"]
-        if not path.exists():
-            return []
+        output = Path(unquote(urlparse(str(data["artifactUri"])).path)).resolve()
+        path = (output / model["file"]).resolve()
+        if not path.is_relative_to(output) or not path.is_file():
+            return []  # model.file names a file inside the job's own output, or nothing is registered
         existing = [v for v in self.registry.versions(model["name"]) if v.get("lineage", {}).get("job") == data["jobId"]]
         version = existing[0]["version"] if existing else self.registry.next_version(model["name"])
         record = {"model": model["name"], "version": version, "artifactUri": path.as_uri(),
@@ -60,7 +61,7 @@ class Models:
                   "framework": job["spec"].get("framework", ""), "metrics": data.get("metrics", {}),
                   "lineage": {"job": data["jobId"], **({"dataset": job["spec"]["dataset"]}
                                                       if job["spec"].get("dataset") else {})}}
-        self.registry.register(record)
+        self.registry.register(record, str(job.get("project") or "default"))
         out = [follow_up(event, "model.registered", record, source=SOURCE_RELEASE, partitionkey=model["name"],
                          subject=f"{model['name']}:{version}", id=f"registered-{model['name']}-{version}")]
         release = model.get("release")
@@ -87,7 +88,7 @@ class Models:
                   "format": "huggingface" if folder == "model" else "lora-adapter", "framework": "pytorch",
                   "metrics": data.get("metrics", {}),
                   "lineage": {"job": data["jobId"], "dataset": spec["dataset"], "baseModel": spec["baseModel"]}}
-        self.registry.register(record)
+        self.registry.register(record, str(job.get("project") or "default"))
         return [follow_up(event, "model.registered", record, source=SOURCE_RELEASE, partitionkey=name,
                           subject=f"{name}:{version}", id=f"registered-{name}-{version}")]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cascade.core import podsecurity
 from cascade.events.triggers import Trigger
 from cascade.functions.spec import FunctionSpec
 from cascade.scheduling.frameworks import REGISTRY, VERSION
@@ -48,13 +49,16 @@ def service(spec: FunctionSpec, namespace: str, image: str | None = None) -> dic
         "apiVersion": "serving.knative.dev/v1",
         "kind": "Service",
         "metadata": {"name": spec.name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/function": spec.name}},
+                     "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/function": spec.name,
+                                # reachable only inside the cluster: the broker delivers here without credentials
+                                "networking.knative.dev/visibility": "cluster-local"}},
         "spec": {"template": {
             "metadata": {"annotations": annotations, "labels": {"cascade.io/function": spec.name}},
             "spec": {"containerConcurrency": spec.container_concurrency, "containers": [{
                 "name": "function", "image": image or spec.image or DEFAULT_IMAGE,
                 "ports": [{"containerPort": 8080}], "env": env,
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "securityContext": podsecurity.container(),
                 "readinessProbe": {"httpGet": {"path": "/healthz"}}}]}}},
     }
 

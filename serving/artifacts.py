@@ -1,66 +1,123 @@
 """Model artifacts, fetched once and kept by checksum, so a cold start does not download again.
 
-``fetch(uri, sha256, cache)`` returns a local file whose SHA-256 was verified: ``file://``
-paths are copied, ``http(s)://`` downloads resume from a partial file with a Range request.
-A checksum mismatch deletes the file and raises, so a corrupted artifact is never served.
+``fetch(uri, sha256, cache, policy)`` returns a local file whose SHA-256 was verified:
+``file://`` paths are copied, ``http(s)://`` downloads resume from a partial file with a Range
+request. Where from is the :class:`ArtifactPolicy`'s call: files only under the artifact roots
+(job outputs), downloads only from allowlisted hosts, and a redirect only to another of them.
+The cache is private to the platform (folders 0700, files 0600). A checksum mismatch deletes
+the file and raises without saying what the bytes hashed to, so a corrupted or substituted
+artifact is never served and the error reveals nothing about a file the caller could not read.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 import httpx
 
 from cascade.core.errors import InvalidInput, RetryableError
 from cascade.core.hashing import sha256_file
+from cascade.core.settings import Settings
+
+MAX_REDIRECTS = 5
 
 
 class ChecksumMismatch(InvalidInput):
     """The artifact's bytes do not hash to the release's sha256."""
 
 
-def _download(url: str, target: Path) -> None:
+class ArtifactRefused(InvalidInput):
+    """An artifact URI outside the roots and hosts the platform fetches from."""
+
+
+@dataclass(frozen=True)
+class ArtifactPolicy:
+    roots: tuple[Path, ...]
+    hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, cfg: Settings) -> ArtifactPolicy:
+        return cls((cfg.artifact_root, *(p.resolve() for p in cfg.security.artifact_roots)),
+                   tuple(h.lower() for h in cfg.security.artifact_hosts))
+
+    def local(self, uri: str) -> Path:
+        """The real path of a ``file://`` URI inside a root (symlinks resolved), else ArtifactRefused."""
+        path = Path(unquote(urlparse(uri).path)).resolve()
+        if not any(path.is_relative_to(root.resolve()) for root in self.roots):
+            raise ArtifactRefused(f"artifact {uri} is outside the artifact roots this platform serves from",
+                                  field="artifactUri")
+        return path
+
+    def check_url(self, url: str) -> None:
+        if (urlparse(url).hostname or "").lower() not in self.hosts:
+            raise ArtifactRefused(f"artifact host of {url} is not in security.artifact_hosts", field="artifactUri")
+
+
+def _download(url: str, target: Path, policy: ArtifactPolicy) -> None:
     partial = target.with_suffix(target.suffix + ".part")
     start = partial.stat().st_size if partial.exists() else 0
     headers = {"range": f"bytes={start}-"} if start else {}
     try:
-        with httpx.stream("GET", url, headers=headers, timeout=60, follow_redirects=True) as response:
-            if response.status_code == 416:
-                partial.replace(target)
-                return
-            if response.status_code >= 400:
-                raise RetryableError(f"download {url}: HTTP {response.status_code}")
-            mode = "ab" if start and response.status_code == 206 else "wb"
-            with partial.open(mode) as f:
-                for chunk in response.iter_bytes(1 << 20):
-                    f.write(chunk)
+        with httpx.Client(timeout=60, follow_redirects=False) as client:
+            for _ in range(MAX_REDIRECTS + 1):
+                policy.check_url(url)
+                with client.stream("GET", url, headers=headers) as response:
+                    if response.is_redirect:
+                        url = urljoin(url, response.headers.get("location", ""))
+                        continue
+                    if response.status_code == 416:
+                        partial.replace(target)
+                        return
+                    if response.status_code >= 400:
+                        raise RetryableError(f"download {url}: HTTP {response.status_code}")
+                    append = bool(start) and response.status_code == 206
+                    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
+                    with os.fdopen(fd, "wb") as f:
+                        for chunk in response.iter_bytes(1 << 20):
+                            f.write(chunk)
+                    break
+            else:
+                raise ArtifactRefused(f"download {url}: more than {MAX_REDIRECTS} redirects", field="artifactUri")
     except httpx.HTTPError as exc:
         raise RetryableError(f"download {url}: {exc}") from exc
     partial.replace(target)
 
 
-def fetch(uri: str, sha256: str, cache: Path) -> Path:
+def _copy_private(source: Path, target: Path) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with source.open("rb") as src, os.fdopen(fd, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
     """The verified local copy of ``uri``; downloads only when the cache lacks it."""
     parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        source = policy.local(uri)
+    elif parsed.scheme in ("http", "https"):
+        policy.check_url(uri)
+    else:
+        raise InvalidInput(f"artifact scheme {parsed.scheme!r} is not supported (file, http, https)", field="artifactUri")
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise InvalidInput("sha256 must be 64 lowercase hex digits", field="sha256")
     name = Path(unquote(parsed.path)).name or "artifact"
     folder = cache / sha256
     target = folder / name
     if target.exists() and sha256_file(target) == sha256:
         return target
-    folder.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.mkdir(exist_ok=True, mode=0o700)
     if parsed.scheme in ("", "file"):
-        source = Path(unquote(parsed.path))
-        if not source.exists():
-            raise InvalidInput(f"artifact {uri} does not exist", field="artifactUri")
-        shutil.copyfile(source, target)
-    elif parsed.scheme in ("http", "https"):
-        _download(uri, target)
+        if not source.is_file():
+            raise InvalidInput(f"artifact {uri} is not a file", field="artifactUri")
+        _copy_private(source, target)
     else:
-        raise InvalidInput(f"artifact scheme {parsed.scheme!r} is not supported (file, http, https)", field="artifactUri")
-    actual = sha256_file(target)
-    if actual != sha256:
+        _download(uri, target, policy)
+    if sha256_file(target) != sha256:
         target.unlink()
-        raise ChecksumMismatch(f"artifact {uri} has sha256 {actual}, the release says {sha256}", field="sha256")
+        raise ChecksumMismatch(f"artifact {uri} does not match the release's sha256", field="sha256")
     return target

@@ -22,11 +22,13 @@ from typing import Any
 import httpx
 from cloudevents.http import CloudEvent
 
+from cascade.core.credentials import auth_header
 from cascade.core.errors import CascadeError, InvalidEvent
 from cascade.core.versions import version_key
 from cascade.events.bus import EventBus
 from cascade.events.envelope import event_type, follow_up, new_event
 from cascade.serving import artifacts
+from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.runtime.activator import Runtime
 from cascade.stores.sqlite import SqliteStore
 
@@ -50,12 +52,14 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 
 class EdgeAgent:
     def __init__(self, cluster: str, labels: dict[str, str], bus: EventBus, topic: str, home: Path, runtime: Runtime,
-                 runtime_url: str, *, heartbeat: float = 10.0, annotations: dict[str, str] | None = None) -> None:
+                 runtime_url: str, policy: ArtifactPolicy, *, token: str = "", heartbeat: float = 10.0,
+                 annotations: dict[str, str] | None = None) -> None:
         self.cluster, self.labels, self.bus, self.topic = cluster, labels, bus, topic
         self.annotations = annotations or {}  # autoscaling annotations of the model servers it deploys
         self.runtime, self.runtime_url, self.heartbeat_every = runtime, runtime_url, heartbeat
         self.store = SqliteStore(home / "edge-state.db")
         self.cache = home / "cache"
+        self.policy, self.headers = policy, auth_header(token)  # where artifacts come from; the runtime's credential
         self._stop = threading.Event()
 
     def serving(self) -> dict[str, str]:
@@ -83,9 +87,10 @@ class EdgeAgent:
         timings: dict[str, float] = {}
         started = time.monotonic()
         try:
-            local = artifacts.fetch(str(d["artifactUri"]), str(d["sha256"]), self.cache)
+            local = artifacts.fetch(str(d["artifactUri"]), str(d["sha256"]), self.cache, self.policy)
             timings["download"] = round(time.monotonic() - started, 3)
             status, answer = self._deploy(model, version, {"artifact": str(local), "format": d["format"],
+                                                           "project": str(event.get("project") or "default"),
                                                            "canaryTrafficPercent": 0 if previous else None,
                                                            "annotations": self.annotations})
             if status != 200:
@@ -96,7 +101,7 @@ class EdgeAgent:
                 body = sample if isinstance(sample, dict) else {"instances": sample}
                 reply = httpx.post(f"{self.runtime_url}/v2/models/{model}/versions/{version}/infer"
                                    if "inputs" in body else f"{self.runtime_url}/v1/models/{model}:predict",
-                                   json=body, timeout=120)
+                                   json=body, headers=self.headers, timeout=120)
                 if reply.status_code != 200:
                     raise RuntimeError(f"smoke test answered {reply.status_code}: {reply.text[:300]}")
             self._deploy(model, version, {"artifact": str(local), "format": d["format"]})  # take all traffic

@@ -20,6 +20,8 @@ from kserve import (
 )
 from kserve.api_client import ApiClient as KServeApiClient
 
+from cascade.core import podsecurity
+
 # Registry formats -> KServe modelFormat names (what the serving runtimes declare).
 MODEL_FORMATS = {"torchscript": "pytorch", "pytorch": "pytorch", "sklearn": "sklearn", "xgboost": "xgboost",
                  "onnx": "onnx", "tensorflow": "tensorflow", "huggingface": "huggingface",
@@ -40,7 +42,8 @@ def inference_service(release: dict[str, Any], namespace: str, *, placement: dic
     limits = {"cpu": cpu, "memory": memory, **p.get("limits", {})}
     model = V1beta1ModelSpec(name="kserve-container", model_format=V1beta1ModelFormat(name=MODEL_FORMATS[release["format"]]),
                              storage_uri=release["artifactUri"],
-                             resources={"limits": limits, "requests": {"cpu": cpu, "memory": memory}})
+                             resources={"limits": limits, "requests": {"cpu": cpu, "memory": memory}},
+                             security_context=podsecurity.container())
     canary = release.get("canaryTrafficPercent") if previous_live else None
     predictor = V1beta1PredictorSpec(model=model, min_replicas=0, scale_target=scale_target,
                                      scale_metric="concurrency", container_concurrency=0,

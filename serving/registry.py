@@ -45,13 +45,14 @@ class Registry:
         numbers = [int(r["version"]) for r in self.versions(model) if str(r["version"]).isdigit()]
         return str(max(numbers, default=0) + 1)
 
-    def register(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Add a version (the data of a ``model.registered`` event); idempotent per model and version."""
+    def register(self, data: dict[str, Any], project: str = "default") -> dict[str, Any]:
+        """Add a version of ``project`` (the data of a ``model.registered`` event); idempotent per model and version."""
         key = f"{data['model']}:{data['version']}"
         existing = self.store.get_record("model-version", key)
         if existing is not None:
             return existing
-        record = {**data, "stage": "registered", "registered": datetime.now(timezone.utc).isoformat()}
+        record = {**data, "project": project, "stage": "registered",
+                  "registered": datetime.now(timezone.utc).isoformat()}
         self.store.put_record("model-version", key, record, index=INDEX)
         return record
 

@@ -19,16 +19,19 @@ from typing import Any
 from cascade.app import wiring
 from cascade.app.dashboard import Dashboard
 from cascade.core.asgi import ServerThread, wait_started
+from cascade.core.credentials import auth_header, platform_token
 from cascade.core.settings import Settings
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher import Dispatcher
 from cascade.events.gateway import create_app
 from cascade.events.health import Health
+from cascade.events.identity import Authenticator, Projects
 from cascade.events.sources.folder import FolderSource
 from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
 from cascade.functions.spec import FunctionSpec, discover
 from cascade.functions.training.backends import open_backend
+from cascade.functions.training.policy import JobPolicy
 from cascade.functions.training.watch import JobWatcher
 from cascade.serving.runtime.activator import Runtime
 from cascade.stores import StateStore
@@ -42,6 +45,7 @@ class Platform:
     functions: list[FunctionSpec]
     triggers: list[Trigger]
     token: str | None = None
+    platform_token: str = ""
     servers: list[ServerThread] = field(default_factory=list)
     dispatcher: Dispatcher | None = None
     watcher: JobWatcher | None = None
@@ -50,36 +54,42 @@ class Platform:
 
     @classmethod
     def build(cls, cfg: Settings) -> Platform:
+        os.umask(0o077)  # state, bus log, artifacts, caches and logs: the platform's user only
         cfg.home.mkdir(parents=True, exist_ok=True)
+        cfg.home.chmod(0o700)
         state, bus = wiring.store(cfg), wiring.bus(cfg)
         bus.ensure_topic(cfg.bus.topic)
         functions = discover(wiring.function_dirs(cfg))
         triggers = [t for f in functions for t in f.trigger_models()]
         triggers += load_triggers([p for p in cfg.dispatcher.triggers if p.exists()])
-        return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state))
+        return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state),
+                   platform_token=platform_token(cfg.home, create=True))
 
     def _serve(self, app: Any, host: str, port: int, name: str) -> None:
-        self.servers.append(ServerThread(app, host, port, name=name).begin())
+        self.servers.append(ServerThread(app, host, port, name=name,
+                                         header_timeout=self.cfg.security.header_timeout_seconds).begin())
 
     def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True,
               dashboard: bool = True) -> None:
         cfg = self.cfg
         os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
+        auth = Authenticator(Projects(self.state), self.platform_token)
         if dispatcher:  # a trigger new to this bus starts at now, not at whenever its group first joins
             for trigger in self.triggers:
                 if trigger.start == "latest":
                     self.bus.seed_group(cfg.bus.topic, trigger.group(cfg.bus.topic))
         if runtime:
-            rt = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds,
+            rt = Runtime(cfg.home / "run", auth=auth, tick=cfg.functions.tick_seconds,
                          model_grace=cfg.serving.scale_to_zero_grace_seconds,
                          health=Health({"store": self.state.ping}))  # idempotent functions claim events there
             for spec in self.functions:
                 register(rt, spec, state_url=cfg.state_url, scale_to_zero_grace=cfg.functions.scale_to_zero_grace_seconds,
                          queue_timeout=cfg.functions.queue_timeout_seconds, defaults=cfg.functions.annotations)
-            self._serve(rt, cfg.functions.host, cfg.functions.port, "runtime")
+            self._serve(wiring.guarded(cfg, rt, cfg.functions.host), cfg.functions.host, cfg.functions.port, "runtime")
         if gateway:
-            self._serve(create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic), cfg.gateway.host,
-                        cfg.gateway.port, "gateway")
+            app = create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic, platform_token=self.platform_token,
+                             check_job=JobPolicy.from_settings(cfg).check, hosts=cfg.allowed_hosts(cfg.gateway.host))
+            self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway")
             if cfg.sources.folder_enabled:
                 self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,
                                            settle=cfg.sources.settle_seconds)
@@ -88,10 +98,11 @@ class Platform:
         # one training-backend client for the dashboard's job logs and the job watcher, only if either runs
         backend = open_backend(cfg, self.state) if show or dispatcher else None
         if show and backend is not None:
-            self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url,
+            self.dashboard = Dashboard(self.bus, self.state, cfg.bus.topic, self.triggers, cfg.runtime_url, auth,
                                        keep=cfg.dashboard.events, logs=backend.logs)
             self.dashboard.start()
-            self._serve(self.dashboard.app(), cfg.gateway.host, cfg.dashboard.port, "dashboard")
+            self._serve(wiring.guarded(cfg, self.dashboard.app(), cfg.gateway.host), cfg.gateway.host,
+                        cfg.dashboard.port, "dashboard")
         try:
             wait_started(self.servers)
         except RuntimeError:
@@ -102,8 +113,9 @@ class Platform:
             self.watcher.start()
         if dispatcher:
             self.dispatcher = Dispatcher(self.bus, self.state, self.triggers, topic=cfg.bus.topic,
-                                         resolve=cfg.function_url)
-            self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None, metrics_host=cfg.gateway.host)
+                                         resolve=cfg.function_url, function_auth=auth_header(self.platform_token))
+            self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None,
+                                  metrics_host=cfg.dispatcher.metrics_host)
 
     def wait(self) -> None:
         """Block until SIGINT or SIGTERM."""

@@ -7,11 +7,12 @@ Imports of the parts happen inside the functions, so a CLI command that needs no
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cascade.core.settings import Settings
     from cascade.events.bus import EventBus
+    from cascade.events.identity import Authenticator
     from cascade.stores import StateStore
 
 TOKEN_FILE = "token"
@@ -36,6 +37,20 @@ def function_dirs(settings: Settings) -> list[Path]:
     return [*settings.function_paths, PLATFORM_FUNCTIONS]
 
 
+def authenticator(settings: Settings, platform_token: str) -> Authenticator:
+    """Who is calling, for every server: project tokens from the state store, and the platform credential."""
+    from cascade.events.identity import Authenticator, Projects
+
+    return Authenticator(Projects(store(settings)), platform_token)
+
+
+def guarded(settings: Settings, app: Any, listen: str, max_body: int | None = None) -> Any:
+    """``app`` behind the HTTP guard: hosts this server answers, body limit, control characters."""
+    from cascade.core.httpguard import HTTPGuard
+
+    return HTTPGuard(app, hosts=settings.allowed_hosts(listen), max_body=max_body or settings.security.max_body_bytes)
+
+
 def token_path(settings: Settings) -> Path:
     return settings.home / TOKEN_FILE
 
@@ -48,7 +63,7 @@ def bootstrap_default_project(settings: Settings, state: StateStore) -> str | No
     path = token_path(settings)
     if path.exists():
         return None
-    from cascade.events.gateway.tokens import Projects
+    from cascade.events.identity import Projects
 
     projects = Projects(state)
     projects.create_project("default")

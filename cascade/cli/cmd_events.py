@@ -33,22 +33,28 @@ def emit(
     key: Annotated[Optional[str], typer.Option(help="partitionkey (events with one key stay ordered).")] = None,
     gateway_url: Annotated[Optional[str], typer.Option("--gateway", help="Gateway URL.")] = None,
     token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token.")] = None,
+    as_platform: Annotated[bool, typer.Option("--platform", help="Publish as the platform (its credential in "
+                                              "CASCADE_HOME), for the platform's own event types.")] = False,
+    project: Annotated[str, typer.Option(help="With --platform: the event's project.")] = "default",
 ) -> None:
     """Publish one event through the gateway (validated there, like any client's)."""
     import httpx
 
+    from cascade.core.credentials import platform_token
     from cascade.events.bindings.http import to_binary
     from cascade.events.envelope import new_event
 
     cfg = settings()
     try:
-        event = new_event(type, load_data(data), source=source, partitionkey=key)
+        event = new_event(type, load_data(data), source=source, partitionkey=key,
+                          extensions={"project": project} if as_platform else None)
     except CascadeError as exc:
         fail(f"{exc} (see schemas/ for each type's fields)")
         raise
-    token = token or wiring.saved_token(cfg)
+    token = platform_token(cfg.home) if as_platform else (token or wiring.saved_token(cfg))
     if not token:
-        fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
+        fail("no platform credential in CASCADE_HOME: run `cascade up` there first" if as_platform else
+             "no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
     url = gateway_url or f"http://{cfg.gateway.host}:{cfg.gateway.port}"
     headers, body = to_binary(event)
     try:

@@ -9,6 +9,7 @@ import typer
 
 from cascade.app import wiring
 from cascade.cli.common import app, console, fail, settings
+from cascade.core.credentials import platform_token
 from cascade.core.errors import CascadeError
 from cascade.serving.runtime.admin import runtime_admin
 
@@ -89,13 +90,16 @@ def functions_serve(
     specs = {s.name: s for s in discover(wiring.function_dirs(cfg))}
     if name not in specs:
         fail(f"no function {name!r}; found: {', '.join(sorted(specs)) or 'none'}")
-    runtime = Runtime(cfg.home / "run", tick=cfg.functions.tick_seconds, default_service=name)
+    # In a function's pod: Knative delivers events without credentials to this cluster-local service; the admin
+    # API takes the platform credential (CASCADE_PLATFORM_TOKEN from a Secret).
+    runtime = Runtime(cfg.home / "run", auth=wiring.authenticator(cfg, platform_token(cfg.home)),
+                      tick=cfg.functions.tick_seconds, default_service=name, open_functions=True)
     # Knative scales the pods; inside one, a single warm instance serves.
     spec = specs[name]
     pinned = spec.model_copy(update={"annotations": {**spec.annotations, "autoscaling.knative.dev/min-scale": "1",
                                                      "autoscaling.knative.dev/max-scale": "1"}})
     register(runtime, pinned, state_url=cfg.state_url, queue_timeout=cfg.functions.queue_timeout_seconds)
-    uvicorn.run(runtime, host=host, port=port, log_level="warning")
+    uvicorn.run(wiring.guarded(cfg, runtime, host), host=host, port=port, log_level="warning")
 
 
 @functions_app.command("ls")
@@ -111,7 +115,7 @@ def functions_ls() -> None:
     except CascadeError as exc:
         fail(str(exc))
         raise
-    live = {s["name"]: s for s in runtime_admin(cfg.runtime_url, "/_runtime/services") or []}
+    live = {s["name"]: s for s in runtime_admin(cfg.runtime_url, "/_runtime/services", platform_token(cfg.home)) or []}
     table = Table("function", "triggers", "min", "max", "instances", "in flight", "path")
     for spec in specs:
         s = live.get(spec.name)

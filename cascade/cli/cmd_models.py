@@ -78,6 +78,8 @@ def edge_agent(
     import signal
 
     from cascade.core.asgi import ServerThread
+    from cascade.core.credentials import platform_token
+    from cascade.serving.artifacts import ArtifactPolicy
     from cascade.serving.edge import EdgeAgent
     from cascade.serving.runtime.activator import Runtime
 
@@ -92,14 +94,18 @@ def edge_agent(
     home = cfg.home / "edge" / cluster
     home.mkdir(parents=True, exist_ok=True)
     the_bus = wiring.bus(cfg)
-    runtime = Runtime(home / "run", tick=cfg.functions.tick_seconds, model_grace=cfg.serving.scale_to_zero_grace_seconds)
+    token = platform_token(home, create=True)  # this edge site's own credential for its runtime
+    runtime = Runtime(home / "run", auth=wiring.authenticator(cfg, token), tick=cfg.functions.tick_seconds,
+                      model_grace=cfg.serving.scale_to_zero_grace_seconds)
     try:
-        server = ServerThread(runtime, "127.0.0.1", port, name="edge-runtime").start()
+        server = ServerThread(wiring.guarded(cfg, runtime, "127.0.0.1"), "127.0.0.1", port, name="edge-runtime",
+                              header_timeout=cfg.security.header_timeout_seconds).start()
     except RuntimeError:
         fail(f"port {port} is in use")
         raise
     agent = EdgeAgent(cluster, labels, the_bus, cfg.bus.topic, home, runtime, f"http://127.0.0.1:{port}",
-                      heartbeat=heartbeat, annotations=cfg.serving.annotations)
+                      ArtifactPolicy.from_settings(cfg), token=token, heartbeat=heartbeat,
+                      annotations=cfg.serving.annotations)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     typer.echo(f"edge agent {cluster} {labels} serving on :{port}", err=True)
     try:

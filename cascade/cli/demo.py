@@ -23,6 +23,7 @@ import httpx
 from cloudevents.http import CloudEvent
 
 from cascade.cli.timeline import DemoFailed, Timeline, Watcher, instances, wait_until
+from cascade.core.credentials import platform_token
 from cascade.core.errors import InvalidInput
 from cascade.core.ports import free_port
 from cascade.core.settings import Settings
@@ -69,18 +70,18 @@ def run(cfg: Settings, bus: EventBus, store: Any, token: str, say: Callable[[str
         raise DemoFailed("the demo trains a PyTorch model: install torch into this environment "
                          "(.venv/bin/pip install torch) and run it again")
     gateway, runtime = f"http://{cfg.gateway.host}:{cfg.gateway.port}", cfg.runtime_url
-    for url in (f"{gateway}/healthz", f"{runtime}/_runtime/services"):
+    for url in (f"{gateway}/healthz", f"{runtime}/healthz"):
         try:
             httpx.get(url, timeout=5).raise_for_status()
         except httpx.HTTPError as exc:
             raise DemoFailed(f"{url} is not answering ({exc}); start the platform first: cascade up") from exc
     run_id = uuid.uuid4().hex[:6]
     name = f"demo-{run_id}"
-    data_dir, work = cfg.inbox / name, (cfg.home / "demo").resolve()
+    data_dir, work = cfg.inbox / name, cfg.workspaces / "default"  # jobs run scripts from their project's workspace
     work.mkdir(parents=True, exist_ok=True)
-    (work / "train.py").write_text(TRAIN)
+    (work / f"{name}.py").write_text(TRAIN)
     sample = [[1.0] * FEATURES]
-    spec = {"framework": "pytorch", "entrypoint": {"script": str(work / "train.py")}, "workers": 1,
+    spec = {"framework": "pytorch", "entrypoint": {"script": f"{name}.py"}, "workers": 1,
             "resources": {"accelerator": "0", "cpu": "1", "memory": "1Gi"},
             "hyperparameters": {"data": str(data_dir), "steps": 200},
             "model": {"name": name, "file": "model.torchscript.pt", "format": "torchscript",
@@ -148,18 +149,21 @@ def _story(cfg: Settings, w: Watcher, tl: Timeline, token: str, name: str, run_i
            lambda d: f"central runtime, scale to zero (load {d.get('timings', {}).get('load', 0):.2f}s)")
     w.wait("model.deployed", lambda e, d: ours(e, d) and d.get("cluster") == f"edge-{run_id}", timeout,
            lambda d: f"edge cluster {d['cluster']} (load {d.get('timings', {}).get('load', 0):.2f}s)")
-    for where, url in (("central", runtime), ("edge", edge_url)):
-        cold = instances(url).get(f"model-{name}-1", 0) == 0
+    admin = platform_token(cfg.home)  # the demo runs beside the platform, as its operator
+    edge_admin = platform_token(cfg.home / "edge" / f"edge-{run_id}")
+    for where, url, key in (("central", runtime, admin), ("edge", edge_url, edge_admin)):
+        cold = instances(url, key).get(f"model-{name}-1", 0) == 0
         began = time.monotonic()
-        reply = httpx.post(f"{url}/v1/models/{name}:predict", json={"instances": sample}, timeout=timeout)
+        reply = httpx.post(f"{url}/v1/models/{name}:predict", json={"instances": sample}, timeout=timeout,
+                           headers={"authorization": f"Bearer {token}"})
         if reply.status_code != 200:
             raise DemoFailed(f"{where} inference answered {reply.status_code}: {reply.text[:300]}")
         tl.mark(f"inference answered ({where})", f"{reply.json()['predictions']} in "
                 f"{(time.monotonic() - began) * 1000:.0f} ms{' from zero' if cold else ''}")
     tl.say("  waiting for every function and model server to scale to zero")
-    wait_until(lambda: not any(instances(runtime).values()), timeout, "scale to zero (central)")
-    tl.mark("central runtime at zero", f"{len(instances(runtime))} services, 0 instances")
-    wait_until(lambda: not any(instances(edge_url).values()), timeout, "scale to zero (edge)")
+    wait_until(lambda: not any(instances(runtime, admin).values()), timeout, "scale to zero (central)")
+    tl.mark("central runtime at zero", f"{len(instances(runtime, admin))} services, 0 instances")
+    wait_until(lambda: not any(instances(edge_url, edge_admin).values()), timeout, "scale to zero (edge)")
     tl.mark("edge runtime at zero", "")
 
 

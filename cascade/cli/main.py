@@ -51,6 +51,11 @@ def up(
     cfg.gateway.host = host or cfg.gateway.host
     cfg.gateway.port = port or cfg.gateway.port
     platform = _build(cfg)
+    import os
+
+    if os.geteuid() == 0 and not cfg.training.run_as:
+        typer.secho("warning: running as root; local jobs and model servers run as root too. Set training.run_as "
+                    "(CASCADE_TRAINING__RUN_AS=nobody) to run them unprivileged.", fg=typer.colors.YELLOW, err=True)
     try:
         platform.start()
     except RuntimeError as exc:
@@ -134,7 +139,7 @@ def runtime() -> None:
 @projects_app.command("create")
 def projects_create(name: str) -> None:
     """Create a project."""
-    from cascade.events.gateway.tokens import Projects
+    from cascade.events.identity import Projects
 
     try:
         Projects(wiring.store(settings())).create_project(name)
@@ -145,22 +150,53 @@ def projects_create(name: str) -> None:
 
 @projects_app.command("ls")
 def projects_ls() -> None:
-    """List projects."""
-    from cascade.events.gateway.tokens import Projects
+    """List projects, with each one's tokens and their scopes."""
+    from cascade.events.identity import Projects
 
-    for project in Projects(wiring.store(settings())).list_projects():
-        typer.echo(project["name"])
+    projects = Projects(wiring.store(settings()))
+    for project in projects.list_projects():
+        tokens = projects.tokens(project["name"])
+        scopes = sorted({s for t in tokens for s in t.get("scopes", [])})
+        typer.echo(f"{project['name']}\t{len(tokens)} token(s)\tscopes: {', '.join(scopes) or '-'}")
 
 
 @tokens_app.command("create")
-def tokens_create(project: str, description: Annotated[str, typer.Option(help="What the token is for.")] = "") -> None:
+def tokens_create(
+    project: str,
+    description: Annotated[str, typer.Option(help="What the token is for.")] = "",
+    scope: Annotated[Optional[list[str]], typer.Option(
+        "--scope", help="publish, submit, read or infer (repeatable; default: all four).")] = None,
+) -> None:
     """Create an API token for PROJECT; it is printed once and stored only as a hash."""
-    from cascade.events.gateway.tokens import Projects
+    from cascade.events.identity import SCOPES, Projects
 
     try:
-        typer.echo(Projects(wiring.store(settings())).create_token(project, description))
+        typer.echo(Projects(wiring.store(settings())).create_token(project, description, scope or SCOPES))
     except CascadeError as exc:
         fail(str(exc))
+
+
+@tokens_app.command("ls")
+def tokens_ls(project: Annotated[Optional[str], typer.Argument(help="Only this project's tokens.")] = None) -> None:
+    """List tokens (their ids, never the tokens): project, scopes, description, created."""
+    from cascade.events.identity import Projects
+
+    for t in Projects(wiring.store(settings())).tokens(project):
+        typer.echo(f"{t['id']}\t{t['project']}\t{','.join(t.get('scopes', []))}\t{t.get('created', '')[:19]}"
+                   f"\t{t.get('description', '')}")
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: Annotated[str, typer.Argument(help="The id `cascade tokens ls` shows.")]) -> None:
+    """Revoke a token: every server refuses it within a few seconds (their caches expire)."""
+    from cascade.events.identity import Projects
+
+    try:
+        record = Projects(wiring.store(settings())).revoke(token_id)
+    except CascadeError as exc:
+        fail(str(exc))
+        raise
+    typer.echo(f"revoked token {token_id} of project {record['project']}")
 
 
 @app.command()

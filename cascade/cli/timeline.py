@@ -88,8 +88,9 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def instances(url: str) -> dict[str, int]:
-    services = runtime_admin(url, "/_runtime/services")
+def instances(url: str, token: str) -> dict[str, int]:
+    """Instances per service of the runtime at ``url`` (``token``: its platform credential)."""
+    services = runtime_admin(url, "/_runtime/services", token)
     if services is None:
         return {"(unreachable)": 1}
     return {str(s["name"]): int(s["ready"]) + int(s["starting"]) for s in services}

@@ -12,11 +12,15 @@ class ServerThread:
     """A uvicorn server in a daemon thread; ``start`` returns once it accepts connections."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "asgi",
-                 lifespan: Literal["auto", "on", "off"] = "on") -> None:
+                 lifespan: Literal["auto", "on", "off"] = "on", header_timeout: float = 10.0) -> None:
         import uvicorn  # here, so importing this module stays cheap for the CLI
 
+        from cascade.core.httpguard import HeaderTimeoutH11
+
         self.name, self.host, self.port = name, host, port
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan))
+        protocol = type("H11", (HeaderTimeoutH11,), {"header_timeout": header_timeout})
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
+                                                    http=protocol))
         self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
 
     @property

@@ -65,6 +65,18 @@ class UnknownEventType(InvalidEvent):
     """An event type with no schema in ``schemas/``."""
 
 
+class Unauthorized(InvalidInput):
+    """Missing or wrong credential or signature (HTTP 401)."""
+
+
+class Forbidden(InvalidInput):
+    """A valid credential used beyond what it may do: another project, a missing scope (HTTP 403)."""
+
+
+class TooLarge(InvalidInput):
+    """A body over the configured limit (HTTP 413), detected from the header or while streaming."""
+
+
 class NotFound(PermanentError, KeyError):
     """A named thing (job, model, topic, trigger) does not exist."""
 

@@ -69,6 +69,8 @@ class DispatcherSettings(BaseModel):
     """Where a trigger whose subscriber is a function name delivers ({name} is replaced); empty: the local runtime."""
     metrics_port: int = 8072
     """Port of the dispatcher's Prometheus /metrics (0 disables it)."""
+    metrics_host: str = "127.0.0.1"
+    """Address of the dispatcher's /metrics and /readyz (loopback unless a scraper elsewhere needs it)."""
 
 
 class TrainingSettings(BaseModel):
@@ -84,6 +86,22 @@ class TrainingSettings(BaseModel):
     """Artifact root of the local backend; empty means CASCADE_HOME/artifacts."""
     watch_seconds: float = 10.0
     """How often ``cascade up`` compares unfinished jobs with where they run and publishes what changed."""
+    workspaces: Path | None = None
+    """Local backend: a job's ``entrypoint.script`` is a path inside ``<workspaces>/<project>``; empty: CASCADE_HOME/workspaces."""
+    modules: list[str] = Field(default_factory=lambda: ["cascade.functions.finetune.entrypoint"])
+    """Local backend: the modules an ``entrypoint.module`` may name (a trailing ``.*`` allows a package)."""
+    max_workers: int = 64
+    """Most workers one job may ask for."""
+    max_procs_per_worker: int = 16
+    """Most processes per worker one job may ask for."""
+    max_retries: int = 5
+    """Most restarts one job may ask for."""
+    default_timeout_seconds: int = 86400
+    """Wall-clock limit of a job that sets none; also the most one may set."""
+    run_as: str = ""
+    """When the platform runs as root: the unprivileged user local jobs and model servers run as (e.g. ``nobody``).
+
+    That user needs read access to the workspaces; each job's output folder is handed to it."""
 
 
 class ServingSettings(BaseModel):
@@ -113,6 +131,19 @@ class DashboardSettings(BaseModel):
     """How many recent events the dashboard keeps."""
 
 
+class SecuritySettings(BaseModel):
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host names every server answers besides loopback and its listen address (``*``: any; DNS rebinding)."""
+    max_body_bytes: int = 1 << 20
+    """Largest request body the runtime and dashboard accept (the gateway has its own limit)."""
+    header_timeout_seconds: float = 10.0
+    """A connection whose request head has not arrived after this long is closed."""
+    artifact_hosts: list[str] = Field(default_factory=list)
+    """Hosts ``http(s)://`` model artifacts may be fetched from (no redirects elsewhere); empty: none."""
+    artifact_roots: list[Path] = Field(default_factory=list)
+    """Folders ``file://`` artifacts may come from besides the artifact root."""
+
+
 class StateSettings(BaseModel):
     url: str = ""
     """``redis://host:port/db`` or ``sqlite:///path/state.db``; empty means SQLite under CASCADE_HOME."""
@@ -134,6 +165,7 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     sources: SourceSettings = Field(default_factory=SourceSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     @property
     def model_cache(self) -> Path:
@@ -153,6 +185,15 @@ class Settings(BaseSettings):
                 "CASCADE_STATE__URL": self.state_url, "CASCADE_BUS__TOPIC": self.bus.topic,
                 "CASCADE_FUNCTIONS__PORT": str(self.functions.port), "CASCADE_FUNCTIONS__HOST": self.functions.host,
                 "CASCADE_TRAINING__BACKEND": self.training.backend}
+
+    @property
+    def workspaces(self) -> Path:
+        return (self.training.workspaces or self.home / "workspaces").resolve()
+
+    def allowed_hosts(self, listen: str) -> list[str]:
+        from cascade.core.httpguard import allowed_hosts
+
+        return allowed_hosts(listen, self.security.allowed_hosts)
 
     @property
     def inbox(self) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from cascade.core import podsecurity
 from cascade.functions.render import KAFKA_BOOTSTRAP, dead_letter_sink, service, trigger
 from cascade.functions.spec import FunctionSpec
 from cascade.scheduling.frameworks import REGISTRY, VERSION
@@ -77,6 +78,7 @@ def platform_env() -> list[dict[str, Any]]:
 def gateway() -> dict[str, Any]:
     container = {"name": "gateway", "image": f"{REGISTRY}/gateway:{VERSION}", "ports": [{"containerPort": 8070}],
                  "env": platform_env(), "readinessProbe": {"httpGet": {"path": "/readyz"}},
+                 "securityContext": podsecurity.container(),
                  "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}
     annotations = {"autoscaling.knative.dev/min-scale": "1", "autoscaling.knative.dev/target": "100"}
     return {"apiVersion": "serving.knative.dev/v1", "kind": "Service", "metadata": meta("cascade-gateway"),

@@ -17,6 +17,7 @@ from cloudevents.conversion import to_dict
 from cloudevents.http import CloudEvent, from_dict
 
 from cascade.core.errors import InvalidEvent, InvalidInput
+from cascade.core.jsonlimits import loads
 
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
@@ -36,10 +37,13 @@ def _content_type(headers: Mapping[str, str]) -> str:
 def _one(attributes: Any) -> CloudEvent:
     if not isinstance(attributes, dict):
         raise InvalidEvent("a structured CloudEvent must be a JSON object")
+    for name in ("id", "source", "type", "specversion"):
+        if not isinstance(attributes.get(name), str) or not attributes[name]:
+            raise InvalidEvent(f"attribute {name!r} is required and must be a non-empty string", field=f"/{name}")
     try:
         return from_dict(attributes)
-    except ce_errors.GenericException as exc:
-        raise InvalidEvent(str(exc)) from exc
+    except (ce_errors.GenericException, ValueError, TypeError, KeyError) as exc:
+        raise InvalidEvent(f"not a valid CloudEvent: {exc}") from exc
 
 
 def _binary(headers: Mapping[str, str], body: bytes, ctype: str) -> CloudEvent:
@@ -51,9 +55,9 @@ def _binary(headers: Mapping[str, str], body: bytes, ctype: str) -> CloudEvent:
     if ctype:
         attributes["datacontenttype"] = ctype
     try:
-        data = json.loads(body) if body else None
-    except ValueError as exc:
-        raise InvalidEvent(f"body is not JSON: {exc}", field="/data") from exc
+        data = loads(body, "/data") if body else None
+    except InvalidInput as exc:
+        raise InvalidEvent(exc.message, field="/data") from exc
     for name in ("id", "source", "type"):
         if not attributes.get(name):
             raise InvalidEvent(f"header ce-{name} is required", field=f"/{name}")
@@ -68,17 +72,18 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
     ctype = _content_type(headers)
     if ctype.startswith("application/cloudevents-batch"):
         try:
-            items = json.loads(body)
-        except ValueError as exc:
-            raise InvalidEvent(f"batch body is not JSON: {exc}") from exc
+            items = loads(body, what="batch body")
+        except InvalidInput as exc:
+            raise InvalidEvent(exc.message) from exc
         if not isinstance(items, list):
             raise InvalidEvent("a CloudEvents batch must be a JSON array")
         return [_one(item) for item in items]
     if ctype == STRUCTURED:
         try:
-            return [_one(json.loads(body))]
-        except ValueError as exc:
-            raise InvalidEvent(f"structured body is not JSON: {exc}") from exc
+            document = loads(body, what="structured body")
+        except InvalidInput as exc:
+            raise InvalidEvent(exc.message) from exc
+        return [_one(document)]
     if any(k.lower() == "ce-specversion" for k in headers):
         if ctype and ctype != "application/json" and not ctype.endswith("+json"):
             raise UnsupportedMediaType(f"content type {ctype!r} is not JSON", field="content-type")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cloudevents.http import CloudEvent
@@ -50,9 +51,13 @@ def _replies(response: Response) -> tuple[CloudEvent, ...]:
     return tuple(events)
 
 
-def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event) -> Outcome:
-    """POST ``event`` to ``url`` in binary mode until it succeeds, fails for good, or retries run out."""
+def deliver(client: ThreadLocalHTTP, url: str, event: CloudEvent, spec: Delivery, stop: threading.Event,
+            auth: Mapping[str, str] | None = None) -> Outcome:
+    """POST ``event`` to ``url`` in binary mode until it succeeds, fails for good, or retries run out.
+
+    ``auth``: headers that prove the platform (sent to the platform's own functions only)."""
     headers, body = ce_http.to_binary(event)
+    headers.update(auth or {})
     code: int | None = None
     error = ""
     attempt = waits = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -43,13 +43,15 @@ def trigger_lag(bus: EventBus, trigger: Trigger, topic: str) -> int:
 
 class Dispatcher:
     def __init__(self, bus: EventBus, store: StateStore, triggers: Sequence[Trigger], *, topic: str,
-                 resolve: Callable[[str], str], stats_interval: float = 2.0) -> None:
+                 resolve: Callable[[str], str], stats_interval: float = 2.0,
+                 function_auth: Mapping[str, str] | None = None) -> None:
         self.bus, self.store, self.topic, self.stats_interval = bus, store, topic, stats_interval
         self.liveness = Liveness(store, first_beat=False)  # start() beats; a store away then is tried again
         self.health = Health({"bus": bus.ping, "store": store.ping})
         self._server: ThreadingHTTPServer | None = None
         self.client = ThreadLocalHTTP()
-        self.workers = {t.name: TriggerWorker(t, bus, store, topic, resolve, self.client, liveness=self.liveness)
+        self.workers = {t.name: TriggerWorker(t, bus, store, topic, resolve, self.client, liveness=self.liveness,
+                                             function_auth=function_auth)
                         for t in triggers}
         self.lag: dict[str, int] = {}
         self._threads: list[threading.Thread] = []

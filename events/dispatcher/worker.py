@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,9 +52,11 @@ class Stats:
 class TriggerWorker:
     def __init__(self, trigger: Trigger, bus: EventBus, store: StateStore, topic: str,
                  resolve: Callable[[str], str], client: ThreadLocalHTTP, *, liveness: Liveness | None = None,
-                 buffer: int = 1000) -> None:
+                 buffer: int = 1000, function_auth: Mapping[str, str] | None = None) -> None:
         self.trigger, self.bus, self.topic, self.client = trigger, bus, topic, client
         self.url = trigger.subscriber if trigger.is_url else resolve(trigger.subscriber)
+        # the platform credential goes to the platform's functions, never to a subscriber URL
+        self.auth = {} if trigger.is_url else dict(function_auth or {})
         self.idem = Idempotency(store, f"trigger:{trigger.group(topic)}",  # per platform sharing the store
                                 claim_ttl=trigger.delivery.worst_case_seconds() + 30, liveness=liveness)
         self.stats = Stats()
@@ -178,7 +180,7 @@ class TriggerWorker:
             self.stats.add(duplicates=1)
             return True
         try:
-            outcome = deliver(self.client, self.url, event, self.trigger.delivery, self.stop_event)
+            outcome = deliver(self.client, self.url, event, self.trigger.delivery, self.stop_event, self.auth)
             if outcome.aborted:
                 self.idem.release(source, ident)
                 return False

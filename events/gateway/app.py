@@ -12,9 +12,9 @@ requests that need it, not ``/healthz`` or requests already validated.
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -23,6 +23,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from cascade.core.errors import CascadeError, InvalidInput, RetryableError
+from cascade.core.httpguard import LOCAL_HOSTS, HTTPGuard
+from cascade.core.jsonlimits import loads
 from cascade.core.settings import GatewaySettings
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import EventBus
@@ -30,13 +32,15 @@ from cascade.events.bus.batching import GroupCommitter
 from cascade.events.dedup import DeliveryLog
 from cascade.events.envelope import check_event
 from cascade.events.gateway import webhooks
-from cascade.events.gateway.errors import Forbidden, TooLarge, Unauthorized, problem
+from cascade.events.gateway.errors import Forbidden, problem
 from cascade.events.gateway.jobs import Jobs
 from cascade.events.gateway.metrics import GatewayMetrics
 from cascade.events.gateway.ratelimit import RateLimiter
-from cascade.events.gateway.tokens import Projects
 from cascade.events.health import Health
+from cascade.events.identity import Authenticator, Identity, Projects, may_publish
 from cascade.stores import StateStore
+
+JobCheck = Callable[[str, dict[str, Any]], None]
 
 _PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
     "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}, "schema": {"type": "string"}}}}}
@@ -44,7 +48,7 @@ ACCEPTED: dict[int | str, dict[str, Any]] = {
     202: {"description": "Durably on the bus"},
     **{code: {"description": text, "content": _PROBLEM} for code, text in [
         (400, "Malformed request or CloudEvent"), (401, "Missing or wrong token or signature"),
-        (403, "Token used outside its project"), (413, "Body over the size limit"),
+        (403, "Token used outside its project or scopes, or for a platform event type"), (413, "Body over the size limit"),
         (415, "Content type is not a CloudEvents mode"), (422, "Data does not match its schema"),
         (429, "Project over its rate limit"), (503, "Bus unavailable; nothing was stored")]},
 }
@@ -57,9 +61,11 @@ def _body_doc(*types: str) -> dict[str, Any]:
 class Gateway:
     """What the routes share: bus, store, limits, metrics."""
 
-    def __init__(self, bus: EventBus, store: StateStore, settings: GatewaySettings, topic: str) -> None:
+    def __init__(self, bus: EventBus, store: StateStore, settings: GatewaySettings, topic: str,
+                 platform_token: str = "", check_job: JobCheck | None = None) -> None:
         self.bus, self.store, self.settings, self.topic = bus, store, settings, topic
-        self.projects = Projects(store)
+        self.auth = Authenticator(Projects(store), platform_token)
+        self.check_job = check_job
         self.committer = GroupCommitter(bus)
         self.limiter = RateLimiter(settings.rate_per_second, settings.burst)
         self.metrics = GatewayMetrics()
@@ -67,32 +73,20 @@ class Gateway:
         self.deliveries = DeliveryLog(store, settings.dedup_ttl_seconds)
 
     async def body(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        limit = self.settings.max_body_bytes
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise TooLarge(f"body of {declared} bytes is over the {limit}-byte limit", field="content-length")
-        body = await request.body()
-        if len(body) > limit:
-            raise TooLarge(f"body of {len(body)} bytes is over the {limit}-byte limit", field="content-length")
-        return body
+        """The request body; the HTTP guard has already held it to ``max_body_bytes`` while it streamed."""
+        return await request.body()
 
-    async def project(self, request: Request) -> str:
-        auth = request.headers.get("authorization", "")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not token.strip():
-            raise Unauthorized("send 'Authorization: Bearer <token>' (create one with: cascade tokens create PROJECT)",
-                               field="authorization")
-        project = await run_in_threadpool(self.projects.project_for, token.strip())
-        if project is None:
-            raise Unauthorized("unknown or revoked token", field="authorization")
-        return project
+    async def identity(self, request: Request, scope: str) -> Identity:
+        return await run_in_threadpool(self.auth.require, request.headers, scope)
+
+    async def project(self, request: Request, scope: str) -> str:
+        """The project a request acts for: the token's, or for the platform ``?project=`` (default ``default``)."""
+        identity = await self.identity(request, scope)
+        return identity.project or request.query_params.get("project", "default")
 
     @staticmethod
     def json(body: bytes) -> Any:
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise InvalidInput(f"body is not JSON: {exc}", field="/") from exc
+        return loads(body)
 
     async def publish(self, route: str, project: str, events: Sequence[CloudEvent], *, dedup: bool = False) -> dict[str, Any]:
         """Rate-limit, drop already-published webhook deliveries, publish, then answer."""
@@ -108,9 +102,15 @@ class Gateway:
 
 
 def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | None = None,
-               topic: str = "cascade.events") -> FastAPI:
-    """The gateway application over a bus and a state store."""
-    gw = Gateway(bus, store, settings or GatewaySettings(), topic)
+               topic: str = "cascade.events", *, platform_token: str = "", check_job: JobCheck | None = None,
+               hosts: Sequence[str] = LOCAL_HOSTS) -> FastAPI:
+    """The gateway application over a bus and a state store, behind the HTTP guard.
+
+    ``platform_token`` is the credential the platform's own parts publish with; ``check_job``
+    (the training backend's job policy) refuses a submission it could never run; ``hosts`` are
+    the names the ``Host`` header may carry.
+    """
+    gw = Gateway(bus, store, settings or GatewaySettings(), topic, platform_token, check_job)
     app = FastAPI(title="Cascade event gateway", version="1",
                   description="CloudEvents, storage notifications, labelling webhooks and job submissions "
                               "in; validated CloudEvents on the bus out.")
@@ -121,31 +121,41 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         gw.metrics.rejected(request.url.path, exc)
         return problem(exc)
 
+    # inside FastAPI's own error middleware: refusals, streaming body limits and unhandled errors as JSON
+    app.add_middleware(HTTPGuard, hosts=hosts, max_body=gw.settings.max_body_bytes, on_error=gw.metrics.refused)
+
     @app.post("/events", status_code=202, responses=ACCEPTED, tags=["events"],
               openapi_extra=_body_doc("application/json", ce_http.STRUCTURED, ce_http.BATCH))
     async def post_events(request: Request) -> dict[str, Any]:
         """CloudEvents in binary (``ce-`` headers), structured or batch mode."""
-        project = await gw.project(request)
+        identity = await gw.identity(request, "publish")
         events = ce_http.parse(request.headers, await gw.body(request))
         for i, event in enumerate(events):
+            at = f"/{i}" if len(events) > 1 else ""
             owner = event.get("project")
-            if owner is not None and owner != project:
-                raise Forbidden(f"this token publishes into project {project!r}, not {owner!r}",
-                                field=f"/{i}/project" if len(events) > 1 else "/project")
-            event["project"] = project
+            if identity.platform:
+                if not isinstance(owner, str) or not owner:
+                    raise InvalidInput("the platform names the project of each event it publishes",
+                                       field=f"{at}/project")
+            elif owner is not None and owner != identity.project:
+                raise Forbidden(f"this token publishes into project {identity.project!r}, not {owner!r}",
+                                field=f"{at}/project")
+            elif not may_publish(identity, str(event["type"])):
+                raise Forbidden(f"{event['type']} is a platform event type; a project token publishes only "
+                                "dataset and labelling events (jobs go to POST /v1/jobs)", field=f"{at}/type")
+            event["project"] = owner if identity.platform else identity.project
             try:
                 check_event(event)
             except InvalidInput as exc:
-                if len(events) > 1:
-                    exc.field = f"/{i}{exc.field}"
+                exc.field = f"{at}{exc.field}"
                 raise
-        return await gw.publish("/events", project, events)
+        return await gw.publish("/events", identity.project or str(events[0]["project"]), events)
 
     @app.post("/webhooks/s3", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))
     async def s3(request: Request) -> dict[str, Any]:
         """AWS S3 or MinIO bucket notification (``Records[]``)."""
-        project = await gw.project(request)
+        project = await gw.project(request, "publish")
         events, ignored = webhooks.s3_events(gw.json(await gw.body(request)), project)
         return {**await gw.publish("/webhooks/s3", project, events, dedup=True), "ignored": ignored}
 
@@ -153,7 +163,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json"))
     async def label_studio(request: Request, dataset: str | None = None) -> dict[str, Any]:
         """Label Studio webhook; configure it with header ``Authorization: Bearer <token>``."""
-        project = await gw.project(request)
+        project = await gw.project(request, "publish")
         events = webhooks.label_studio_events(gw.json(await gw.body(request)), project, dataset)
         return await gw.publish("/webhooks/label-studio", project, events, dedup=True)
 
@@ -170,9 +180,10 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
               openapi_extra=_body_doc("application/json"))
     async def submit_job(request: Request) -> dict[str, Any]:
         """Submit ``{"kind": "training"|"finetune", "spec": {...}}``; returns the job id."""
-        project = await gw.project(request)
+        project = await gw.project(request, "submit")
         body = gw.json(await gw.body(request))
-        job, event, new = await run_in_threadpool(gw.jobs.prepare, project, body, request.headers.get("idempotency-key"))
+        job, event, new = await run_in_threadpool(gw.jobs.prepare, project, body, request.headers.get("idempotency-key"),
+                                                  gw.check_job)
         if new:
             try:
                 await gw.publish("/v1/jobs", project, [event])
@@ -184,12 +195,13 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         """A job's record: spec, status and history."""
-        return await run_in_threadpool(gw.jobs.get, await gw.project(request), job_id)
+        identity = await gw.identity(request, "read")
+        return await run_in_threadpool(gw.jobs.get, identity.project, job_id)
 
     @app.get("/v1/jobs", tags=["jobs"])
     async def list_jobs(request: Request, status: str | None = None) -> list[dict[str, Any]]:
         """The token's project's jobs, optionally by status."""
-        return await run_in_threadpool(gw.jobs.list, await gw.project(request), status)
+        return await run_in_threadpool(gw.jobs.list, await gw.project(request, "read"), status)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
@@ -205,8 +217,17 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics", tags=["operations"])
-    async def metrics() -> Response:
-        """Prometheus metrics."""
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics: for loopback clients, anyone else with the platform credential."""
+        if not _loopback(request.client.host if request.client else ""):
+            await run_in_threadpool(gw.auth.require, request.headers, platform=True)
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "testclient"

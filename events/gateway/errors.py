@@ -10,25 +10,18 @@ from fastapi.responses import JSONResponse
 
 from cascade.core.errors import (
     CascadeError,
+    Forbidden,
     InvalidInput,
     NotFound,
     RetryableError,
     SchemaViolation,
+    TooLarge,
+    Unauthorized,
     UnknownEventType,
 )
 from cascade.events.bindings.http import UnsupportedMediaType
 
-
-class Unauthorized(InvalidInput):
-    """Missing or wrong token or signature (401)."""
-
-
-class Forbidden(InvalidInput):
-    """A valid token used outside its project (403)."""
-
-
-class TooLarge(InvalidInput):
-    """A body over the configured limit (413)."""
+__all__ = ["Forbidden", "RateLimited", "TooLarge", "Unauthorized", "problem", "status_of"]
 
 
 class RateLimited(InvalidInput):
@@ -53,10 +46,14 @@ _STATUS: list[tuple[type[Exception], int]] = [
 ]
 
 
+def status_of(exc: CascadeError) -> int:
+    """The HTTP status of a Cascade error (500 for one no row names)."""
+    return next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+
+
 def problem(exc: CascadeError) -> JSONResponse:
     """The HTTP response for a Cascade error."""
-    status = next(code for cls, code in _STATUS if isinstance(exc, cls)) if any(
-        isinstance(exc, cls) for cls, _ in _STATUS) else 500
+    status = status_of(exc)
     if isinstance(exc, InvalidInput):
         body = exc.to_dict()
     else:

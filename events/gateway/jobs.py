@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -26,8 +27,11 @@ class Jobs:
     def __init__(self, store: StateStore) -> None:
         self.store = store
 
-    def prepare(self, project: str, body: Any, idempotency_key: str | None) -> tuple[dict[str, Any], CloudEvent, bool]:
-        """(job record, submitted event, whether it is new) for a submission body."""
+    def prepare(self, project: str, body: Any, idempotency_key: str | None,
+                check: Callable[[str, dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], CloudEvent, bool]:
+        """(job record, submitted event, whether it is new) for a submission body.
+
+        ``check(kind, spec)`` is the training backend's job policy (entrypoints, caps)."""
         if not isinstance(body, dict):
             raise InvalidInput("the body must be a JSON object with 'kind' and 'spec'", field="/")
         kind = body.get("kind", "training")
@@ -39,6 +43,8 @@ class Jobs:
         assert isinstance(spec, dict)
         if spec.get("project", project) != project:
             raise Forbidden(f"this token submits into project {project!r}", field="/spec/project")
+        if check is not None:
+            check(kind, spec)
         if idempotency_key:
             job_id = "job-" + hashlib.sha256(f"{project}\x00{idempotency_key}".encode()).hexdigest()[:16]
         else:
@@ -53,9 +59,10 @@ class Jobs:
     def forget(self, job_id: str) -> None:
         jobrecords.forget(self.store, job_id)
 
-    def get(self, project: str, job_id: str) -> dict[str, Any]:
+    def get(self, project: str | None, job_id: str) -> dict[str, Any]:
+        """The job ``job_id`` of ``project`` (of any project for None: the platform)."""
         job = jobrecords.get(self.store, job_id)
-        if job is None or job.get("project") != project:
+        if job is None or (project is not None and job.get("project") != project):
             raise NotFound(f"no job {job_id!r} in project {project!r}")
         return job
 

@@ -8,7 +8,10 @@ from cloudevents.http import CloudEvent
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from cascade.core.errors import CascadeError
-from cascade.events.gateway.errors import problem
+from cascade.events.gateway.errors import status_of
+
+ROUTES = ("/events", "/webhooks/s3", "/webhooks/label-studio", "/webhooks/cvat", "/v1/jobs", "/metrics", "/readyz",
+          "/healthz")
 
 
 class GatewayMetrics:
@@ -27,8 +30,17 @@ class GatewayMetrics:
             self.accepted.labels(route, event["type"]).inc()
         self.publish_seconds.labels(route).observe(seconds)
 
-    def rejected(self, route: str, exc: CascadeError) -> None:
-        self.rejections.labels(route, str(problem(exc).status_code)).inc()
+    @staticmethod
+    def route(path: str) -> str:
+        """A known route the path belongs to, or ``other``: label values stay bounded whatever clients send."""
+        return next((r for r in ROUTES if path == r or path.startswith(r + "/")), "other")
+
+    def rejected(self, path: str, exc: CascadeError) -> None:
+        self.rejections.labels(self.route(path), str(status_of(exc))).inc()
+
+    def refused(self, status: int, path: str) -> None:
+        """A request the HTTP guard or the error handler answered (bad host, too large, a 500)."""
+        self.rejections.labels(self.route(path), str(status)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

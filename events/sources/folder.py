@@ -5,13 +5,18 @@ A file counts as complete when its size and modification time have not changed f
 Each announced file is remembered in the state store by path, size, mtime and sha256, so
 a restart announces only files that are new or changed since, including those that arrived
 while the watcher was down. Layout: ``ROOT/<dataset>/<files...>``; files directly under
-ROOT belong to a dataset named after ROOT. Hidden and partial files are ignored.
+ROOT belong to a dataset named after ROOT. Hidden and partial files are ignored, and so are
+symbolic links (the folder announces what is in it, never a file elsewhere that a link names)
+and names that are not UTF-8 (logged once; they cannot be put into an event). A scan that fails
+is logged and retried on the next change; the watcher thread does not end.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -25,6 +30,7 @@ from cascade.events.envelope import new_event
 from cascade.stores import StateStore
 
 PARTIAL = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
+log = logging.getLogger("cascade.sources.folder")
 
 
 class FolderSource:
@@ -36,10 +42,22 @@ class FolderSource:
         self.bus, self.store, self.topic, self.project, self.settle = bus, store, topic, project, settle
         self._seen: dict[Path, tuple[int, int, float]] = {}  # path -> (size, mtime_ns, unchanged since)
         self._stop = threading.Event()
+        self._unreadable: set[Path] = set()
 
     def _wanted(self, path: Path) -> bool:
         rel = path.relative_to(self.root)
-        return not any(p.startswith(".") for p in rel.parts) and not path.name.endswith(PARTIAL)
+        if any(p.startswith(".") for p in rel.parts) or path.name.endswith(PARTIAL):
+            return False
+        if path.is_symlink() or not path.is_file():
+            return False
+        try:
+            os.fsencode(path).decode("utf-8")
+        except UnicodeDecodeError:
+            if path not in self._unreadable:
+                self._unreadable.add(path)
+                log.warning("ignoring %r: its name is not UTF-8", os.fsencode(path))
+            return False
+        return True
 
     def _key(self, path: Path) -> str:
         return f"folder:{self.root}:{path.relative_to(self.root)}"
@@ -57,7 +75,7 @@ class FolderSource:
         """Publish every file that has settled and was not announced as it is now."""
         now = time.monotonic()
         published = []
-        for path in sorted(p for p in self.root.rglob("*") if p.is_file() and self._wanted(p)):
+        for path in sorted(p for p in self.root.rglob("*") if self._wanted(p)):
             try:
                 st = path.stat()
             except FileNotFoundError:
@@ -87,10 +105,16 @@ class FolderSource:
     def run(self) -> None:
         """Watch until stop(); scans on every change and while files settle."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.scan()
+        self._scan_logged()
         for _ in watchfiles.watch(self.root, stop_event=self._stop, rust_timeout=int(max(self.settle, 0.1) * 500),
                                   yield_on_timeout=True, debounce=200):
+            self._scan_logged()
+
+    def _scan_logged(self) -> None:
+        try:
             self.scan()
+        except Exception:  # the bus or store away, a file gone mid-read: the next change scans again
+            log.exception("scanning %s failed; retrying on the next change", self.root)
 
     def stop(self) -> None:
         self._stop.set()

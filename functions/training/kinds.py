@@ -9,9 +9,12 @@ tolerations and resource limits.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
+from cascade.core import podsecurity
 from cascade.functions.training.job import TrainingJob
+from cascade.functions.training.policy import secret_var
 
 KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     # framework: (kind, replica-specs key, container name, roles: first takes one replica, the last the rest)
@@ -32,15 +35,23 @@ def pod_template(job: TrainingJob, container: str, command: list[str], env: dict
     p = job.placement
     resources = job.spec.get("resources", {})
     limits = {"cpu": resources.get("cpu", "1"), "memory": resources.get("memory", "2Gi"), **p.limits}
-    spec: dict[str, Any] = {"containers": [{
+    spec: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [{
         "name": container, "image": job.spec.get("image") or p.image, "command": command,
-        "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env("/output"), **(env or {})}.items())],
+        "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env("/output"), **(env or {})}.items())]
+        + secret_env(job),
+        "securityContext": podsecurity.container(),
         "resources": {"limits": limits, "requests": {"cpu": limits["cpu"], "memory": limits["memory"]}}}]}
     if p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
     if p.tolerations:
         spec["tolerations"] = [dict(t) for t in p.tolerations]
     return {"metadata": {"labels": {"cascade.io/job": job.name, **(labels or {})}}, "spec": spec}
+
+
+def secret_env(job: TrainingJob) -> list[dict[str, Any]]:
+    """The secrets the job names, as references to Secrets of that name (key ``value``) in its namespace."""
+    return [{"name": secret_var(s), "valueFrom": {"secretKeyRef": {"name": s, "key": "value"}}}
+            for s in job.spec.get("secrets", [])]
 
 
 def _run_policy(job: TrainingJob) -> dict[str, Any]:
@@ -86,7 +97,7 @@ def volcano(job: TrainingJob, namespace: str, queue: str = "default") -> dict[st
                                "--nproc_per_node", str(job.procs)],
                 "horovod": ["horovodrun", "-np", str(job.workers * job.procs), "--hostfile",
                             "/etc/volcano/worker.host"]}[job.framework]
-    command = ["sh", "-c", " ".join([*launcher, *job.command()[1:]])]
+    command = ["sh", "-c", shlex.join([*launcher, *job.command()[1:]])]
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": _metadata(job, namespace),
             "spec": {"schedulerName": "volcano", "queue": queue, "minAvailable": job.workers,
                      "maxRetry": int(job.spec.get("retries", 0)),
@@ -117,7 +128,8 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
     p = job.placement
     resources = job.spec.get("resources", {})
     executor: dict[str, Any] = {"instances": job.workers, "cores": int(float(resources.get("cpu", "1"))),
-                                "memory": str(resources.get("memory", "2Gi")).replace("Gi", "g")}
+                                "memory": str(resources.get("memory", "2Gi")).replace("Gi", "g"),
+                                "securityContext": podsecurity.container()}
     if p.node_selector:
         executor["nodeSelector"] = dict(p.node_selector)
     if p.tolerations:
@@ -134,7 +146,8 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
                      "restartPolicy": {"type": "OnFailure" if job.spec.get("retries") else "Never",
                                        "onFailureRetries": int(job.spec.get("retries", 0))},
                      "driver": {"cores": 1, "memory": "1g", "serviceAccount": "cascade-spark",
-                                "env": [{"name": k, "value": v} for k, v in sorted(job.job_env("/output").items())]},
+                                "env": [{"name": k, "value": v} for k, v in sorted(job.job_env("/output").items())]
+                                + secret_env(job), "securityContext": podsecurity.container()},
                      "executor": executor}}
 
 

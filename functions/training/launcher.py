@@ -21,6 +21,7 @@ from cascade.events import jobrecords as records
 from cascade.events.envelope import PROPAGATED, event_type, follow_up
 from cascade.functions.training.backends import TrainingBackend, open_backend
 from cascade.functions.training.job import TrainingJob
+from cascade.functions.training.policy import JobPolicy
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory
 from cascade.stores import StateStore, open_store
@@ -37,6 +38,7 @@ class TrainingLauncher:
         path = self.cfg.training.inventory
         self.matcher = Matcher(Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
+        self.policy = JobPolicy.from_settings(cfg)
 
     def handle(self, event: CloudEvent) -> CloudEvent | None:
         if event["type"] == event_type("labels.completed"):
@@ -78,6 +80,7 @@ class TrainingLauncher:
             return None  # already launched: a redelivery
         try:
             job = TrainingJob.from_spec(job_id, project, data["spec"])
+            self.policy.check("training", job.spec)
             placement = self.matcher.place(job.matcher_job(self.cfg.training.queue))
         except InvalidInput as exc:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project)

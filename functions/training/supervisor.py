@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cascade.core.errors import InvalidInput
 from cascade.core.ports import free_ports
 from cascade.core.settings import Settings
 from cascade.events import jobrecords as records
@@ -26,6 +27,7 @@ from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
+from cascade.functions.training.policy import JobPolicy, drop_to, worker_base_env
 from cascade.scheduling.placement import PodPlacement
 from cascade.stores import open_store
 
@@ -36,6 +38,7 @@ class Supervisor:
     def __init__(self, job: TrainingJob, output: Path, extensions: dict[str, str], cfg: Settings) -> None:
         self.job, self.output, self.extensions = job, output, extensions
         self.bus, self.store, self.topic = open_bus(cfg.bus_url), open_store(cfg.state_url), cfg.bus.topic
+        self.policy, self.run_as = JobPolicy.from_settings(cfg), cfg.training.run_as
         self.procs: list[subprocess.Popen[bytes]] = []
         self.cancelled = False
         signal.signal(signal.SIGTERM, self._cancel)
@@ -60,14 +63,23 @@ class Supervisor:
         logs = self.output / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         entry = self.job.spec["entrypoint"]
-        cwd = str(Path(entry["script"]).parent) if "script" in entry and Path(entry["script"]).is_absolute() else None
+        cwd = self.policy.workspace(self.job.project)
+        if "script" in entry:
+            self.policy.script(self.job.project, entry["script"])  # still inside the workspace
+        else:
+            cwd = self.output
+        base = worker_base_env(os.environ, self.job.spec, str(self.output))
+        drop = drop_to(self.run_as)
+        if drop:  # the unprivileged user may write the job's output folder, and nothing else of the platform's
+            os.chown(self.output, drop["user"], drop["group"])
         for i in range(self.job.workers):
-            env = {**os.environ, **self.job.job_env(str(self.output)),
+            env = {**base, **self.job.job_env(str(self.output)),
                    **worker_env(self.job.framework, i, hosts, port, self.job.procs)}
             if not self.job.placement.limits:
                 env["CUDA_VISIBLE_DEVICES"] = ""  # placed on CPU: keep the frameworks off any GPU
             log = (logs / f"worker-{i}.attempt-{attempt}.log").open("wb")
-            self.procs.append(subprocess.Popen(self._command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT))
+            self.procs.append(subprocess.Popen(self._command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                               **drop))
 
     def _stop_workers(self) -> None:
         for p in self.procs:
@@ -97,7 +109,7 @@ class Supervisor:
 
     def run(self) -> int:
         retries = int(self.job.spec.get("retries", 0))
-        timeout = self.job.spec.get("timeoutSeconds")
+        timeout = self.policy.timeout(self.job.spec)
         started = time.monotonic()
         outcome, code, bad = "failed", 1, 0
         if (records.get(self.store, self.job.id) or {}).get("cancelRequested"):
@@ -107,12 +119,18 @@ class Supervisor:
                 outcome = "cancelled"
                 break
             self.procs = []
-            self._start(attempt)
+            try:
+                self.policy.check("training", self.job.spec)
+                self._start(attempt)
+            except InvalidInput as exc:
+                records.update(self.store, self.job.id, "failed", reason=str(exc))
+                self.emit("job.failed", {"reason": str(exc)})
+                return 1
             records.update(self.store, self.job.id, "running", attempt=attempt, pid=os.getpid(),
                            artifactUri=self.output.as_uri(), project=self.job.project)
             self.emit("job.started", {"backend": "local", "kind": "process", "attempt": attempt,
                                       "placement": self.job.placement.to_dict()})
-            outcome, code, bad = self._wait(started + float(timeout) if timeout else None)
+            outcome, code, bad = self._wait(started + float(timeout))
             if outcome != "ok":
                 self._stop_workers()
             if outcome in ("ok", "cancelled"):

@@ -4,6 +4,12 @@ Plain ASGI (no framework) because it sits on every request: it reads the body, a
 service for an instance slot (waiting while a cold service starts), proxies over the
 instance's UNIX socket and streams the answer back. ``GET /_runtime/services`` reports
 instance counts; a ticker drives every service's autoscaler.
+
+Who may call what: the admin API (``/_runtime/...``) and direct function invocation take the
+platform credential only (in a function's own pod, invocation is open: Knative delivers
+there, and the service is cluster-local); inference takes a project token with the ``infer``
+scope, for that project's models. ``/healthz`` and ``/readyz`` are open. Served behind
+:class:`~cascade.core.httpguard.HTTPGuard` (hosts, body limit, control characters).
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from cascade.core.credentials import bearer, matches
+from cascade.core.errors import Forbidden, InvalidInput, Unauthorized
 from cascade.events.health import Health
+from cascade.events.identity import PLATFORM, Authenticator, Identity
 from cascade.serving.inference import ModelRoutes, Route, parse_path
 from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
 from cascade.serving.runtime.policy import ScalingPolicy
@@ -34,8 +43,9 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length",
 class Runtime:
     """Every scale-to-zero service of this machine, behind one activator."""
 
-    def __init__(self, run_dir: Path, *, tick: float = 0.2, model_grace: float = 30.0,
-                 default_service: str | None = None, health: Health | None = None) -> None:
+    def __init__(self, run_dir: Path, *, auth: Authenticator | None, tick: float = 0.2, model_grace: float = 30.0,
+                 default_service: str | None = None, health: Health | None = None, open_functions: bool = False) -> None:
+        """``auth`` None serves without authentication (only for a runtime embedded in a test or a benchmark)."""
         self.run_dir, self.tick_seconds = run_dir, tick
         self.services: dict[str, Service] = {}
         self._ticker: asyncio.Task[None] | None = None
@@ -44,6 +54,8 @@ class Runtime:
         self.model_grace = model_grace
         self.default_service = default_service  # in a pod of one function, every other path goes to it
         self.health = health or Health({})  # what /readyz checks (the state store of idempotent functions)
+        self.auth, self.open_functions = auth, open_functions
+        self.owners: dict[str, str] = {}  # model -> the project whose tokens may call it
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -127,6 +139,8 @@ class Runtime:
         if current is None or name not in self.services:
             if name in self.services:
                 await self.remove(name)
+            if not isinstance(spec.get("artifact"), str) or not Path(spec["artifact"]).is_absolute():
+                raise ValueError("artifact must be the absolute path of a verified local copy")
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
             argv = [sys.executable, "-P", "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
                     "--format", spec["format"]]
@@ -150,6 +164,8 @@ class Runtime:
             load_seconds = time.monotonic() - started
         else:
             load_seconds = 0.0
+        if spec.get("project"):
+            self.owners[model] = str(spec["project"])
         for dropped in self.models.promote(model, Route(version, name, 100), spec.get("canaryTrafficPercent")):
             if dropped in self.services:
                 await self.services[dropped].scale_to(0)
@@ -164,9 +180,6 @@ class Runtime:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
-        if path == "/_runtime/services":
-            await _json(send, 200, self.status())
-            return
         if path == "/healthz":
             await _json(send, 200, {"status": "ok"})
             return
@@ -174,17 +187,31 @@ class Runtime:
             ready, report = await asyncio.to_thread(self.health.report)
             await _json(send, 200 if ready else 503, report)
             return
+        inference = parse_path(path)
+        if inference is not None:
+            caller = await self._caller(scope, send, "infer")
+            if caller is None:
+                return
+            if not caller.sees(self.owners.get(inference[0])):
+                await _json(send, 404, {"error": "ModelNotFound", "message": f"no live model {inference[0]!r} "
+                                        f"in project {caller.project!r}"})
+                return
+        elif self.open_functions and not path.startswith("/_runtime/"):
+            pass  # a function's own pod: Knative delivers without credentials to a cluster-local service
+        elif await self._caller(scope, send, None, platform=True) is None:
+            return
+        if path == "/_runtime/services":
+            await _json(send, 200, self.status())
+            return
         if path.startswith("/_runtime/models"):
             await self.models_api(scope, await _body(receive), send)
             return
-        inference = parse_path(path)
         parts = path.split("/", 3)  # "", "functions", name, rest
         if inference is not None:
             route = self.models.pick(*inference)
             if route is None:
                 await _json(send, 404, {"error": "ModelNotFound", "message": f"no live model {inference[0]!r}"
-                                        + (f" version {inference[1]!r}" if inference[1] else ""),
-                                        "models": self.models.live()})
+                                        + (f" version {inference[1]!r}" if inference[1] else "")})
                 return
             # each model server holds one version: a pinned version is routed here, not there
             service, upstream_path = self.services.get(route.service), re.sub(r"/versions/[^/]+", "", path)
@@ -210,6 +237,28 @@ class Runtime:
         status = int(answer.start.split(" ", 2)[1])
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k not in HOP_BY_HOP]
         await _reply(send, status, out, answer.body)
+
+    async def _caller(self, scope: Scope, send: Send, need: str | None, *, platform: bool = False) -> Identity | None:
+        """Who is calling, or None once a 401/403 has been answered."""
+        if self.auth is None:
+            return PLATFORM
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            if platform:  # no store round trip: the platform credential or nothing
+                if matches(bearer(headers), self.auth.platform_token):
+                    return PLATFORM
+                if not bearer(headers):
+                    raise Unauthorized("send 'Authorization: Bearer <platform credential>'", field="authorization")
+                raise Forbidden("only the platform credential may use /_runtime/ and call functions directly "
+                                "(events reach functions through the gateway and triggers)", field="authorization")
+            return await asyncio.to_thread(self.auth.require, headers, need)
+        except InvalidInput as exc:
+            unauthorized = isinstance(exc, Unauthorized)
+            await _reply(send, 401 if unauthorized else 403,
+                         [(b"content-type", b"application/json"),
+                          *([(b"www-authenticate", b"Bearer")] if unauthorized else [])],
+                         json.dumps(exc.to_dict()).encode())
+            return None
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

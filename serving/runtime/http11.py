@@ -50,6 +50,8 @@ async def read_message(reader: asyncio.StreamReader) -> Message | None:
 
 def encode(start: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
     lines = [start, *(f"{k}: {v}" for k, v in headers if k != "content-length"), f"content-length: {len(body)}"]
+    if any("\r" in line or "\n" in line for line in lines):  # never a second message smuggled into this one
+        raise ValueError("CR or LF inside a request line or header")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 

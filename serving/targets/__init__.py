@@ -17,7 +17,10 @@ def open_target(cfg: Settings) -> DeployTarget:
 
         return KServeTarget(api_client(), cfg.training.namespace_prefix)
     if cfg.serving.target == "local":
+        from cascade.core.credentials import platform_token
+        from cascade.serving.artifacts import ArtifactPolicy
         from cascade.serving.targets.local import LocalTarget
 
-        return LocalTarget(cfg.runtime_url, cfg.model_cache, cfg.serving.annotations)
+        return LocalTarget(cfg.runtime_url, cfg.model_cache, ArtifactPolicy.from_settings(cfg), cfg.serving.annotations,
+                           token=platform_token(cfg.home))
     raise InvalidInput(f"deploy target {cfg.serving.target!r}: use local or kserve", field="serving.target")

@@ -13,32 +13,36 @@ from typing import Any
 
 import httpx
 
+from cascade.core.credentials import auth_header
 from cascade.core.errors import CascadeError
 from cascade.serving import artifacts
+from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.targets.base import Deployed, DeployFailed, Release
 
 
 class LocalTarget:
     name = "local"
 
-    def __init__(self, runtime_url: str, cache: Path, annotations: Mapping[str, str] | None = None, *,
-                 timeout: float = 300.0) -> None:
-        self.runtime_url, self.cache, self.timeout = runtime_url.rstrip("/"), cache, timeout
+    def __init__(self, runtime_url: str, cache: Path, policy: ArtifactPolicy, annotations: Mapping[str, str] | None = None,
+                 *, token: str = "", timeout: float = 300.0) -> None:
+        self.runtime_url, self.cache, self.policy, self.timeout = runtime_url.rstrip("/"), cache, policy, timeout
         self.annotations = dict(annotations or {})
+        self.headers = auth_header(token)  # the runtime's admin API takes the platform credential
 
     def deploy(self, release: Release) -> Deployed:
         started = time.monotonic()
         try:
-            local = artifacts.fetch(release.artifact_uri, release.sha256, self.cache)
+            local = artifacts.fetch(release.artifact_uri, release.sha256, self.cache, self.policy)
         except CascadeError as exc:
             raise DeployFailed(str(exc)) from exc
         fetched = time.monotonic() - started
         url = f"{self.runtime_url}/_runtime/models/{release.model}/versions/{release.version}"
-        body: dict[str, Any] = {"artifact": str(local), "format": release.format, "annotations": self.annotations}
+        body: dict[str, Any] = {"artifact": str(local), "format": release.format, "annotations": self.annotations,
+                                "project": release.project}
         if release.canary_percent is not None:
             body["canaryTrafficPercent"] = release.canary_percent
         try:
-            reply = httpx.put(url, json=body, timeout=self.timeout)
+            reply = httpx.put(url, json=body, headers=self.headers, timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise DeployFailed(f"runtime unreachable at {url}: {exc}") from exc
         try:
@@ -54,7 +58,7 @@ class LocalTarget:
 
     def serving(self, model: str, project: str = "default") -> dict[str, int]:
         try:
-            reply = httpx.get(f"{self.runtime_url}/_runtime/models", timeout=10)
+            reply = httpx.get(f"{self.runtime_url}/_runtime/models", headers=self.headers, timeout=10)
         except httpx.HTTPError:
             return {}
         routes = (reply.json() if reply.status_code == 200 else {}).get(model) or []

@@ -16,12 +16,16 @@ from typing import Any
 import pytest
 
 from cascade.core.asgi import ServerThread
+from cascade.core.credentials import platform_token
 from cascade.core.hashing import sha256_file
 from cascade.core.ports import free_port
+from cascade.events.identity import Authenticator, Projects
+from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.targets import DeployFailed, DeployTarget, Release
 from cascade.serving.targets.kserve import KServeTarget
 from cascade.serving.targets.local import LocalTarget
+from cascade.stores.sqlite import SqliteStore
 from tests.helpers import models
 from tests.helpers.fake_kube import FakeAPIServer
 
@@ -36,9 +40,12 @@ class LocalDriver:
         """A new runtime (nothing loaded) and a target that talks to it: a restarted ``cascade up``."""
         if self.server is not None:
             self.server.stop()
-        rt = Runtime(self.tmp_path / f"run-{free_port()}", tick=0.05, model_grace=30)
+        token = platform_token(self.tmp_path, create=True)  # the runtime's admin API takes only this
+        auth = Authenticator(Projects(SqliteStore(self.tmp_path / "state.db")), token)
+        rt = Runtime(self.tmp_path / f"run-{free_port()}", auth=auth, tick=0.05, model_grace=30)
         self.server = ServerThread(rt, port=free_port(), name="runtime").start()
-        return LocalTarget(self.server.url, self.tmp_path / "cache", {"autoscaling.knative.dev/window": "5s"})
+        return LocalTarget(self.server.url, self.tmp_path / "cache", ArtifactPolicy((self.tmp_path,)),
+                           {"autoscaling.knative.dev/window": "5s"}, token=token)
 
     def close(self) -> None:
         if self.server is not None:

@@ -58,7 +58,8 @@ class LocalDriver:
     def __init__(self, tmp_path: Path) -> None:
         self.cfg = Settings(home=tmp_path / "home")
         self.store = SqliteStore(tmp_path / "home" / "state.db")
-        self.script = tmp_path / "worker.py"
+        self.script = self.cfg.workspaces / "team" / "worker.py"  # a local job runs a script of its project's workspace
+        self.script.parent.mkdir(parents=True)
         self.script.write_text(WORKER)
         self.backend: TrainingBackend = self.restart()
 
@@ -66,7 +67,7 @@ class LocalDriver:
         return LocalBackend(self.cfg.artifact_root, self.store, self.cfg.export())
 
     def job(self, seconds: float, code: int = 0) -> TrainingJob:
-        spec = {"framework": "pytorch", "entrypoint": {"script": str(self.script), "args": [str(seconds), str(code)]}}
+        spec = {"framework": "pytorch", "entrypoint": {"script": "worker.py", "args": [str(seconds), str(code)]}}
         return TrainingJob.from_spec(f"job-{uuid.uuid4().hex[:8]}", "team", spec)
 
     def finish(self, job: TrainingJob, ok: bool) -> None:

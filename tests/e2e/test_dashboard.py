@@ -18,7 +18,9 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 
+from cascade.stores.sqlite import SqliteStore
 from tests.helpers.platform import Running, cascade_up
+from tests.helpers.waiting import holds
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FUNC_YAML = """name: sleepy
@@ -75,7 +77,13 @@ def text(driver: webdriver.Chrome, css: str) -> str:
 
 def test_page_shows_a_live_event_and_a_function_scaling_from_zero_and_back(
         platform: Running, browser: webdriver.Chrome) -> None:
-    browser.get(platform.dashboard + "/")
+    browser.get(platform.dashboard + "/")  # no token: the page holds no data and asks for one
+    deadline = time.monotonic() + 30
+    while "enter a token" not in text(browser, "#status"):
+        assert time.monotonic() < deadline, browser.page_source[-3000:]
+        time.sleep(0.1)
+    admin = platform.admin["authorization"].removeprefix("Bearer ")
+    browser.get(f"{platform.dashboard}/#token={admin}")  # the platform sees every project and the platform's parts
     deadline = time.monotonic() + 30
     while text(browser, 'tr[data-service="sleepy"] td.instances') != "0":
         assert time.monotonic() < deadline, browser.page_source[-3000:]
@@ -104,3 +112,24 @@ def test_page_shows_a_live_event_and_a_function_scaling_from_zero_and_back(
     while text(browser, 'tr[data-trigger="sleepy"] td:nth-child(3)') != "1":
         assert time.monotonic() < deadline, text(browser, 'tr[data-trigger="sleepy"]')
         time.sleep(0.2)
+
+
+def test_values_from_the_platform_are_text_never_markup_or_script(platform: Running, browser: webdriver.Chrome) -> None:
+    hostile = "job-x');document.title='pwned';//\"><img src=x onerror=\"document.title='pwned'\">"
+    store = SqliteStore(Path(platform.env["CASCADE_HOME"]) / "state.db")
+    store.put_record("job", hostile, {"id": hostile, "kind": "training", "project": "default", "status": "failed",
+                                      "reason": "<b>bold</b>", "submitted": "2026-11-30T00:00:00Z", "spec": {}})
+    browser.get(f"{platform.dashboard}/#token={platform.token}")  # a project token sees its own project's jobs
+    deadline = time.monotonic() + 30
+    rows = []
+    while not rows:
+        rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
+        assert time.monotonic() < deadline, browser.page_source[-3000:]
+        time.sleep(0.1)
+    [row] = [r for r in rows if r.get_attribute("data-job") == hostile]
+    assert row.find_element(By.CSS_SELECTOR, "td").text == hostile, "shown as text"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#jobs img"), "no markup from data"
+    row.click()
+    assert not any(p.is_displayed() for p in browser.find_elements(By.CSS_SELECTOR, "#functions tbody tr")), \
+        "a project token sees none of the platform's services"
+    holds(lambda: browser.title == "Cascade", 1.0, "the page keeping its title (a script from data would rename it)")

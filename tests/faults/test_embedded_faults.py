@@ -19,7 +19,7 @@ from cascade.core.ports import free_port
 from cascade.core.settings import GatewaySettings
 from cascade.events.bus.embedded import EmbeddedBus
 from cascade.events.gateway import create_app
-from cascade.events.gateway.tokens import Projects
+from cascade.events.identity import Projects
 from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain
 

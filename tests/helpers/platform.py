@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +43,23 @@ class Running:
     def token(self) -> str:
         return (Path(self.env["CASCADE_HOME"]) / "token").read_text().strip()
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """Headers with the project token (project ``default``, every scope)."""
+        return {"authorization": f"Bearer {self.token}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        """Headers with the platform credential (the runtime's admin API)."""
+        return {"authorization": f"Bearer {(Path(self.env['CASCADE_HOME']) / 'platform.token').read_text().strip()}"}
+
+    def script(self, source: Path, project: str = "default") -> str:
+        """Copy a training script into the project's workspace; the relative name a job spec names."""
+        workspace = Path(self.env["CASCADE_HOME"]) / "workspaces" / project
+        workspace.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, workspace / source.name)
+        return source.name
+
 
 def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why: Callable[[], str]) -> None:
     """Until every URL answers 200; fails at once if ``proc`` exits (``why()`` says what it printed)."""
@@ -79,7 +97,7 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
     running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc,
                       command, cwd)
     try:
-        urls = {"gateway": f"{running.gateway}/readyz", "runtime": f"{running.runtime}/_runtime/services",
+        urls = {"gateway": f"{running.gateway}/readyz", "runtime": f"{running.runtime}/readyz",
                 "dashboard": running.dashboard}
         wait_ready(proc, [urls[name] for name in wait_for], 90, lambda: log.read_text()[-3000:])
         yield running

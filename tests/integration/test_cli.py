@@ -46,7 +46,17 @@ def test_projects_and_tokens(tmp_path: Path) -> None:
     assert "project vision created" in cli(tmp_path, "projects", "create", "vision").stdout
     token = cli(tmp_path, "tokens", "create", "vision").stdout.strip()
     assert token.startswith("cas_")
-    assert cli(tmp_path, "projects", "ls").stdout.split() == ["vision"]
+    reader = cli(tmp_path, "tokens", "create", "vision", "--scope", "read", "--description", "dashboards").stdout.strip()
+    listed = [line.split("\t") for line in cli(tmp_path, "tokens", "ls", "vision").stdout.splitlines()]
+    assert sorted(row[2] for row in listed) == ["infer,publish,read,submit", "read"]
+    assert token not in str(listed) and reader not in str(listed), "ls shows ids, never tokens"
+    assert cli(tmp_path, "projects", "ls").stdout.split("\t")[0] == "vision"
+    [read_id] = [row[0] for row in listed if row[2] == "read"]
+    assert "revoked token" in cli(tmp_path, "tokens", "revoke", read_id).stdout
+    assert [row[2] for row in (line.split("\t") for line in cli(tmp_path, "tokens", "ls").stdout.splitlines())] == [
+        "infer,publish,read,submit"]
+    wrong = cli(tmp_path, "tokens", "create", "vision", "--scope", "admin", check=False)
+    assert wrong.returncode == 2 and "scopes must be some of" in wrong.stderr
     bad = cli(tmp_path, "projects", "create", "Bad_Name", check=False)
     assert bad.returncode == 2 and "lowercase" in bad.stderr
     missing = cli(tmp_path, "tokens", "create", "nope", check=False)
@@ -84,7 +94,9 @@ def test_dispatcher_commands_on_the_embedded_platform(tmp_path: Path) -> None:
         gateway = f"http://127.0.0.1:{port}"
         wait_ready(proc, [f"{gateway}/readyz"], 30, lambda: proc.stdout.read() if proc.stdout else "")
         data = '{"jobId": "job-1"}'
-        cli(tmp_path, "emit", "job.cancelled", "--data", data, "--gateway", gateway)
+        refused = cli(tmp_path, "emit", "job.cancelled", "--data", data, "--gateway", gateway, check=False)
+        assert refused.returncode == 2 and "403" in refused.stderr, "a project token cannot publish platform events"
+        cli(tmp_path, "emit", "job.cancelled", "--data", data, "--gateway", gateway, "--platform")
         deadline = time.monotonic() + 30
         while not (sub.at("/ok") and len(sub.at("/down")) == 2):
             assert time.monotonic() < deadline, "not delivered"

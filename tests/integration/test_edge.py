@@ -20,6 +20,8 @@ from cascade.core.hashing import sha256_file
 from cascade.core.ports import free_port
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.envelope import event_type, new_event
+from cascade.events.identity import Projects
+from cascade.stores.sqlite import SqliteStore
 from tests.conftest import KAFKA, make_bus
 from tests.helpers import models
 from tests.helpers.waiting import events_until
@@ -39,6 +41,9 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
         self.labels = {"eu-1": "region=eu", "us-1": "region=us", "eu-2": "region=eu,hw=ascend"}
+        projects = Projects(SqliteStore(tmp / "home" / "state.db"))  # the agents' store: their runtimes check tokens there
+        projects.create_project("default")
+        self.auth = {"authorization": f"Bearer {projects.create_token('default', scopes=['infer'])}"}
 
     def start(self, cluster: str) -> None:
         self.ports.setdefault(cluster, free_port())
@@ -73,7 +78,8 @@ class Fleet:
                             keep=lambda e: e["type"] in (event_type("model.deployed"), event_type("model.deploy_failed")))
 
     def version(self, cluster: str) -> str:
-        reply = httpx.post(f"http://127.0.0.1:{self.ports[cluster]}/v2/models/{MODEL}/infer", timeout=60, json={
+        reply = httpx.post(f"http://127.0.0.1:{self.ports[cluster]}/v2/models/{MODEL}/infer", timeout=60,
+                           headers=self.auth, json={
             "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 1.0, 1.0, 1.0]}]})
         return str(reply.json().get("model_version")) if reply.status_code == 200 else str(reply.status_code)
 

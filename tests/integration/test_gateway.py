@@ -19,7 +19,7 @@ from cascade.events.bindings import http as ce_http
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.envelope import new_event
 from cascade.events.gateway import create_app
-from cascade.events.gateway.tokens import Projects
+from cascade.events.identity import Projects
 from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain, make_bus
 
@@ -56,7 +56,7 @@ def build(tmp_path: Path, topic: str, **settings: Any) -> Env:
     projects.create_project("alpha")
     projects.create_project("beta")
     cfg = GatewaySettings(cvat_secret=SECRET, **settings)
-    client = TestClient(create_app(bus, store, cfg, topic))
+    client = TestClient(create_app(bus, store, cfg, topic), base_url="http://localhost")
     return Env(client, bus, topic, projects.create_token("alpha"), projects.create_token("beta"))
 
 
@@ -277,7 +277,7 @@ def test_bus_down_means_503_and_nothing_accepted(tmp_path: Path) -> None:
     projects.create_project("alpha")
     token = projects.create_token("alpha")
     down = KafkaBus("127.0.0.1:1", request_timeout=1.0)
-    client = TestClient(create_app(down, store, GatewaySettings(), "cascade.events"))
+    client = TestClient(create_app(down, store, GatewaySettings(), "cascade.events"), base_url="http://localhost")
     headers, body = ce_http.to_binary(uploaded())
     reply = client.post("/events", headers={**headers, "authorization": f"Bearer {token}"}, content=body)
     assert reply.status_code == 503 and reply.headers["retry-after"]

@@ -12,7 +12,7 @@ from schemathesis.checks import not_a_server_error
 from cascade.core.settings import GatewaySettings
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.gateway import create_app
-from cascade.events.gateway.tokens import Projects
+from cascade.events.identity import Projects
 from cascade.stores.sqlite import SqliteStore
 from tests.conftest import KAFKA
 
@@ -21,7 +21,7 @@ _store = SqliteStore(_home / "state.db")
 Projects(_store).create_project("fuzz")
 TOKEN = Projects(_store).create_token("fuzz")
 app = create_app(KafkaBus(KAFKA, request_timeout=5.0), _store, GatewaySettings(cvat_secret="s", burst=100000),
-                 "cascade.fuzz")
+                 "cascade.fuzz", hosts=["testserver"])
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -45,8 +45,8 @@ def train(p: Platform, canary: int | None = None) -> str:
                                "release": release}})
 
 
-def service_instances(runtime: str, version: str) -> int:
-    services = {s["name"]: s for s in httpx.get(f"{runtime}/_runtime/services").json()}
+def service_instances(p: Platform, runtime: str, version: str) -> int:
+    services = {s["name"]: s for s in httpx.get(f"{runtime}/_runtime/services", headers=p.admin).json()}
     s = services.get(f"model-{MODEL}-{version}", {"ready": 0, "starting": 0})
     return int(s["ready"]) + int(s["starting"])
 
@@ -59,15 +59,17 @@ def test_trained_model_is_registered_released_deployed_and_answers_from_zero(pla
     assert data["lineage"]["job"] == job and len(data["sha256"]) == 64 and data["format"] == "torchscript"
     [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{MODEL}:1")
     assert deployed.get_data()["target"] == "local" and deployed.get_data()["timings"]["load"] > 0
-    eventually(lambda: not service_instances(runtime, "1"), 60, "the model server scaling to zero")
+    eventually(lambda: not service_instances(p, runtime, "1"), 60, "the model server scaling to zero")
     row = [[1.0] * 8]
-    v1 = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120)
+    anonymous = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120)
+    assert anonymous.status_code == 401, "inference takes a token with the infer scope"
+    v1 = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120, headers=p.auth)
     assert v1.status_code == 200 and len(v1.json()["predictions"]) == 1, v1.text
-    v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, json={"inputs": [
+    v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, headers=p.auth, json={"inputs": [
         {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": row[0]}]})
     assert v2.status_code == 200 and v2.json()["model_version"] == "1"
     assert v2.json()["outputs"][0]["data"] == pytest.approx(v1.json()["predictions"][0], abs=1e-5)
-    eventually(lambda: not service_instances(runtime, "1"), 60, "idle again, going back to zero")
+    eventually(lambda: not service_instances(p, runtime, "1"), 60, "idle again, going back to zero")
 
 
 def test_a_second_release_shifts_the_canary_share(platform: tuple[Platform, str]) -> None:
@@ -75,12 +77,12 @@ def test_a_second_release_shifts_the_canary_share(platform: tuple[Platform, str]
     train(p, canary=30)
     [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{MODEL}:2")
     assert deployed.get_data()["version"] == "2"
-    routes = {r["version"]: r["percent"] for r in httpx.get(f"{runtime}/_runtime/models").json()[MODEL]}
+    routes = {r["version"]: r["percent"] for r in httpx.get(f"{runtime}/_runtime/models", headers=p.admin).json()[MODEL]}
     assert routes == {"1": 70, "2": 30}
     # The split itself is checked on the routing function (tests/unit/test_routes.py); here, that
     # both versions answer through the inference gateway.
     seen: set[str] = set()
-    with httpx.Client(timeout=120) as client:
+    with httpx.Client(timeout=120, headers=p.auth) as client:
         for _ in range(200):  # P(one version unseen after 200 calls at 30 %) < 1e-30
             seen.add(client.post(f"{runtime}/v2/models/{MODEL}/infer", json={"inputs": [
                 {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": [1.0] * 8}]}).json()["model_version"])

@@ -84,7 +84,7 @@ def make(tmp_path: Path) -> Iterator[object]:
     started: list[ServerThread] = []
 
     def build(tick: float = 0.05, config: dict[str, object] | None = None, **policy: object) -> Env:
-        runtime = Runtime(tmp_path / "run", tick=tick)
+        runtime = Runtime(tmp_path / "run", auth=None, tick=tick)
         service = runtime.add_function("probe", ScalingPolicy(**policy),  # type: ignore[arg-type]
                                        {"path": str(tmp_path / "probe"), "module": "handler", **(config or {})})
         server = ServerThread(runtime, port=free_port(), name="runtime").start()

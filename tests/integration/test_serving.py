@@ -24,7 +24,7 @@ X = [[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]]  # y = 2.5 and 2.0 for w = [1, 
 @pytest.fixture
 def runtime(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Runtime, str]]:
     grace = getattr(request, "param", 0.5)  # short, so scale to zero shows within a test
-    rt = Runtime(tmp_path / "run", tick=0.05, model_grace=grace)
+    rt = Runtime(tmp_path / "run", auth=None, tick=0.05, model_grace=grace)
     server = ServerThread(rt, port=free_port(), name="runtime").start()
     yield rt, server.url
     server.stop()

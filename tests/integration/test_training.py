@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -42,7 +43,23 @@ class Platform:
     bus: KafkaBus
     token: str
 
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        """The platform credential: the runtime's admin API takes no other."""
+        return {"authorization": f"Bearer {(self.home / 'platform.token').read_text().strip()}"}
+
     def submit(self, spec: dict[str, Any]) -> str:
+        """Submit ``spec``; a script named by absolute path is first copied into the project's workspace."""
+        entry = spec["entrypoint"]
+        if "script" in entry and Path(entry["script"]).is_absolute():
+            workspace = self.home / "workspaces" / "default"
+            workspace.mkdir(parents=True, exist_ok=True)
+            shutil.copy(entry["script"], workspace / Path(entry["script"]).name)
+            spec = {**spec, "entrypoint": {**entry, "script": Path(entry["script"]).name}}
         reply = httpx.post(f"{self.gateway}/v1/jobs", json={"kind": "training", "spec": spec},
                            headers={"authorization": f"Bearer {self.token}"})
         assert reply.status_code == 202, reply.text

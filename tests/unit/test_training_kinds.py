@@ -118,7 +118,10 @@ def test_spark_application() -> None:
     assert s["image"] == job.placement.image and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
     assert s["executor"] == {"instances": 3, "cores": 4, "memory": "16g", "nodeSelector": {"gpu-type": "A100"},
                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                             "gpu": {"name": "nvidia.com/gpu", "quantity": 2}}
+                             "gpu": {"name": "nvidia.com/gpu", "quantity": 2},
+                             "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                                 "capabilities": {"drop": ["ALL"]},
+                                                 "seccompProfile": {"type": "RuntimeDefault"}}}
 
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]

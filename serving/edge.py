@@ -117,6 +117,7 @@ class EdgeAgent:
             return
         timings["total"] = round(time.monotonic() - started, 3)
         self.store.put_record("edge-model", model, {"model": model, "version": version, "applied": time.time(),
+                                                    "project": str(event.get("project") or "default"),
                                                     "artifact": str(local), "format": d["format"]})
         self.store.put_record("edge-attempt", f"{model}:{version}", {"model": model, "version": version,
                                                                       "result": "deployed"})
@@ -136,7 +137,8 @@ class EdgeAgent:
     def restore(self) -> None:
         """After a restart, serve again what this cluster served (from the checksum cache)."""
         for record in self.store.find_records("edge-model"):
-            self._deploy(record["model"], record["version"], {"artifact": record["artifact"], "format": record["format"]})
+            self._deploy(record["model"], record["version"], {"artifact": record["artifact"], "format": record["format"],
+                                                              "project": record.get("project", "default")})
 
     def run(self) -> None:
         self.restore()

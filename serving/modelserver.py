@@ -3,7 +3,10 @@ XGBoost and ONNX, with the V1 (``:predict``) and V2 (``/infer``) protocols of ``
 
 Run by the runtime as a command service: ``python -m serving.modelserver --name N --artifact
 PATH --format F`` with the port in ``$PORT``. Malformed tensors answer 400 naming the input.
-A PyTorch state dict needs ``arch.json`` beside it: ``{"type": "linear", "in": 8, "out": 1}``.
+A PyTorch state dict needs ``arch.json`` beside it: ``{"type": "linear", "in": 8, "out": 1}``;
+it is loaded with ``weights_only=True`` (tensors, no pickled code). The server listens on
+loopback only: the runtime proxies to it, nothing else should reach it (kserve's REST server
+binds every interface, so :class:`_LoopbackREST` moves it).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 
 import kserve
 import numpy as np
+from kserve import model_server
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.rest.server import RESTServer
 
 FORMATS = ("torchscript", "pytorch", "sklearn", "xgboost", "onnx")
 
@@ -34,7 +39,7 @@ def load(path: Path, fmt: str) -> Any:
         else:
             arch = json.loads((path.parent / "arch.json").read_text())
             module = torch.nn.Linear(int(arch["in"]), int(arch["out"]))
-            module.load_state_dict(torch.load(str(path)))
+            module.load_state_dict(torch.load(str(path), weights_only=True))
         module.eval()
 
         def torch_forward(x: np.ndarray) -> np.ndarray:
@@ -105,6 +110,14 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
         return {"predictions": self._run(payload["instances"], "instances").tolist()}
 
 
+class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type information
+    """kserve's REST server, bound to 127.0.0.1 instead of 0.0.0.0 (its host is not a parameter)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config.host = "127.0.0.1"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--name", required=True)
@@ -115,6 +128,7 @@ def main() -> None:
     started = time.perf_counter()
     model.load()
     print(f"cascade: model loaded in {time.perf_counter() - started:.4f}s", flush=True)
+    model_server.RESTServer = _LoopbackREST  # what ModelServer.start instantiates
     kserve.ModelServer(http_port=int(os.environ["PORT"]), enable_grpc=False, workers=1,
                        enable_latency_logging=False).start([model])
 

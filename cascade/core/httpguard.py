@@ -50,6 +50,17 @@ def allowed_hosts(listen: str, extra: Sequence[str] = ()) -> list[str]:
     return [h.lower() for h in hosts]
 
 
+def host_refusal(hosts: Sequence[str], host: str, origin: str | None) -> tuple[int, str, str, str] | None:
+    """(status, error, message, field) when ``Host`` or a browser's ``Origin`` does not name this server."""
+    if "*" in hosts:
+        return None
+    if _hostname(host) not in hosts:
+        return 400, "InvalidHost", "the Host header does not name this server", "host"
+    if origin and origin != "null" and (urlsplit(origin).hostname or "").lower() not in hosts:
+        return 403, "ForbiddenOrigin", f"requests from origin {origin!r} are not allowed", "origin"
+    return None
+
+
 async def answer(send: Send, status: int, error: str, message: str, field: str = "",
                  headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     body = {"error": error, "message": message, **({"field": field} if field else {})}
@@ -64,20 +75,16 @@ class HTTPGuard:
     def __init__(self, app: ASGIApp, *, hosts: Sequence[str], max_body: int,
                  on_error: Callable[[int, str], None] | None = None) -> None:
         self.app, self.max_body, self.on_error = app, max_body, on_error
-        self.hosts = {h.lower() for h in hosts}
-        self.any_host = "*" in self.hosts
+        self.hosts = [h.lower() for h in hosts]
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str, str] | None:
         raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         if any(b < 0x20 or b == 0x7F for b in unquote_to_bytes(raw)):
             return 400, "InvalidPath", "control characters are not allowed in the path", "path"
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if not self.any_host and _hostname(headers.get("host", "")) not in self.hosts:
-            return 400, "InvalidHost", "the Host header does not name this server", "host"
-        origin = headers.get("origin")
-        if origin and origin != "null" and not self.any_host and \
-                (urlsplit(origin).hostname or "").lower() not in self.hosts:
-            return 403, "ForbiddenOrigin", f"requests from origin {origin!r} are not allowed", "origin"
+        refused = host_refusal(self.hosts, headers.get("host", ""), headers.get("origin"))
+        if refused is not None:
+            return refused
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body:
             return 413, "TooLarge", f"body of {length} bytes is over the {self.max_body}-byte limit", "content-length"

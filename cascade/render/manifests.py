@@ -72,7 +72,9 @@ def platform_env() -> list[dict[str, Any]]:
             {"name": "CASCADE_STATE__URL", "value": REDIS},
             {"name": "CASCADE_TRAINING__BACKEND", "value": "kubernetes"},
             {"name": "CASCADE_TRAINING__NAMESPACE_PREFIX", "value": f"{NAMESPACE}-"},
-            {"name": "CASCADE_SERVING__TARGET", "value": "kserve"}]
+            {"name": "CASCADE_SERVING__TARGET", "value": "kserve"},
+            # the platform credential, from a Secret made once per install (docs/platform.md), never inline
+            {"name": "CASCADE_PLATFORM_TOKEN", "valueFrom": {"secretKeyRef": {"name": "cascade-platform", "key": "token"}}}]
 
 
 def gateway() -> dict[str, Any]:

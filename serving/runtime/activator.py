@@ -180,6 +180,7 @@ class Runtime:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
+        caller: Identity | None = None
         if path == "/healthz":
             await _json(send, 200, {"status": "ok"})
             return
@@ -210,8 +211,11 @@ class Runtime:
         if inference is not None:
             route = self.models.pick(*inference)
             if route is None:
-                await _json(send, 404, {"error": "ModelNotFound", "message": f"no live model {inference[0]!r}"
-                                        + (f" version {inference[1]!r}" if inference[1] else "")})
+                missing: dict[str, Any] = {"error": "ModelNotFound", "message": f"no live model {inference[0]!r}"
+                                           + (f" version {inference[1]!r}" if inference[1] else "")}
+                if caller is not None and caller.platform:  # a project token learns nothing of other projects'
+                    missing["models"] = self.models.live()
+                await _json(send, 404, missing)
                 return
             # each model server holds one version: a pinned version is routed here, not there
             service, upstream_path = self.services.get(route.service), re.sub(r"/versions/[^/]+", "", path)

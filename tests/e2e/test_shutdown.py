@@ -27,8 +27,9 @@ def test_ctrl_c_mid_stream_then_restart_delivers_every_accepted_event(tmp_path: 
                         "  delivery: {retry: 2, backoffDelay: PT0.1S}\n")
     home, env = tmp_path / "home", {"CASCADE_DISPATCHER__TRIGGERS": json.dumps([str(triggers)])}
     batch = [{"specversion": "1.0", "id": f"stop-{i}-{uuid.uuid4().hex[:6]}", "source": "/test/shutdown",
-              "type": "io.cascade.job.cancelled.v1", "datacontenttype": "application/json",
-              "data": {"jobId": f"job-{i}"}} for i in range(EVENTS)]
+              "type": "io.cascade.dataset.uploaded.v1", "datacontenttype": "application/json",
+              "data": {"dataset": "stop", "uri": f"file:///tmp/stop/{i}", "size": i, "origin": "api"}}
+             for i in range(EVENTS)]
     try:
         with cascade_up(home, **env) as running:
             token = (home / "token").read_text().strip()

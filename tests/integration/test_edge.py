@@ -3,6 +3,7 @@ artifacts while the old version answers, and catching up once after being offlin
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,7 +50,8 @@ class Fleet:
         self.ports.setdefault(cluster, free_port())
         env = {**os.environ, "CASCADE_HOME": str(self.tmp / "home"), "CASCADE_BUS__URL": f"kafka://{KAFKA}",
                "CASCADE_BUS__TOPIC": self.topic, "CASCADE_BUS__SESSION_TIMEOUT": "6",
-               "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "600"}
+               "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "600",
+               "CASCADE_SECURITY__ARTIFACT_ROOTS": json.dumps([str(self.tmp)])}  # where the test's models are
         self.procs[cluster] = subprocess.Popen(
             [sys.executable, "-m", "cascade.cli", "edge", "agent", "--cluster", cluster, "--label", self.labels[cluster],
              "--port", str(self.ports[cluster]), "--heartbeat", "1"], env=env, stderr=subprocess.DEVNULL)

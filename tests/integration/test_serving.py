@@ -3,6 +3,7 @@ failed loads that keep the previous version, and canary splits."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,23 @@ def test_every_format_answers_v1_and_v2(runtime: tuple[Runtime, str], tmp_path: 
     assert "outputs" in out, out
     assert out["model_name"] == "m" and out["model_version"] == "1"
     assert out["outputs"][0]["data"] == pytest.approx([2.5, 2.0], abs=tolerance)
+    [instance] = [i for i in rt.services["model-m-1"].instances.values() if i.state == "ready"]
+    port = int(instance.socket.rsplit(":", 1)[1])
+    assert listening(port) == ["127.0.0.1"], "a model server listens on loopback only"
+
+
+def listening(port: int) -> list[str]:
+    """The addresses with a TCP socket listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                found.append(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6,
+                                              b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))))
+    return found
 
 
 def test_cold_call_waits_for_the_model_and_bad_input_names_the_input(runtime: tuple[Runtime, str], tmp_path: Path) -> None:

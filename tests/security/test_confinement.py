@@ -112,3 +112,21 @@ def test_the_folder_announces_no_links_and_survives_names_that_are_not_utf8(tmp_
     published = source.scan()
     assert [e.get_data()["key"] for e in published] == ["cats/ok.jpg"]
     bus.close()
+
+
+def test_the_dispatcher_operations_port_checks_the_host_too() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from cascade.core.ports import free_port
+    from cascade.events.dispatcher.operations import serve_operations
+    from cascade.events.health import Health
+
+    port = free_port()
+    server = serve_operations("127.0.0.1", port, CollectorRegistry(), Health({}))
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        assert httpx.get(url).status_code == 200
+        assert httpx.get(url, headers={"host": "attacker.example"}).status_code == 400
+        assert httpx.get(url, headers={"origin": "http://attacker.example"}).status_code == 403
+    finally:
+        server.shutdown()

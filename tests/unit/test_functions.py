@@ -63,7 +63,8 @@ def test_knative_service_field_by_field(fn: Path) -> None:
     svc = documents(load_function(fn), namespace="vision", image="registry.local/resize:1")[0]
     assert (svc["apiVersion"], svc["kind"]) == ("serving.knative.dev/v1", "Service")
     assert svc["metadata"] == {"name": "resize", "namespace": "vision",
-                               "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/function": "resize"}}
+                               "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/function": "resize",
+                                          "networking.knative.dev/visibility": "cluster-local"}}
     template = svc["spec"]["template"]
     assert template["metadata"]["annotations"] == {
         "autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev", "autoscaling.knative.dev/min-scale": "0",
@@ -72,6 +73,8 @@ def test_knative_service_field_by_field(fn: Path) -> None:
     assert template["spec"]["containerConcurrency"] == 4
     [container] = template["spec"]["containers"]
     assert container["image"] == "registry.local/resize:1"
+    assert container["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     env = {e["name"]: e for e in container["env"]}
     assert env["LOG_LEVEL"] == {"name": "LOG_LEVEL", "value": "debug"}

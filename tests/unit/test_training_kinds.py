@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -36,6 +37,9 @@ def check_template(template: dict[str, Any], container: str, image: str) -> dict
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     [c] = spec["containers"]
     assert c["name"] == container and c["image"] == image
+    assert spec["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {
+        "drop": ["ALL"]}
     assert c["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["CASCADE_JOB_ID"] == "job-Abc" and json.loads(env["CASCADE_HPARAMS"]) == {"lr": 0.1}
@@ -93,6 +97,12 @@ def test_volcano_jobs(framework: str, launcher: str) -> None:
     c = check_template(task["template"], framework, job.placement.image)
     assert c["command"][:2] == ["sh", "-c"] and c["command"][2].startswith(launcher)
     assert c["command"][2].endswith("/app/train.py --epochs 2")
+    hostile = TrainingJob(job.id, job.project, {**job.spec, "entrypoint": {"script": "/app/train.py",
+                                                                           "args": ["x; rm -rf / #", "$(id)"]}},
+                          job.placement)
+    command = check_template(kinds.render(hostile, "vision")["spec"]["tasks"][0]["template"], framework,
+                             job.placement.image)["command"][2]
+    assert shlex.split(command)[-2:] == ["x; rm -rf / #", "$(id)"], "user arguments stay single words for sh -c"
 
 
 def test_ray_job() -> None:

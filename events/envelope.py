@@ -79,6 +79,34 @@ def follow_up(
     return new_event(type, data, source=source, extensions=ext, **kwargs)
 
 
+def canonical(value: Any) -> str:
+    """An attribute value's canonical string form (CloudEvents type system): ``true``/``false``, ``42``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def canonicalize(attributes: dict[str, Any]) -> None:
+    """Turn extension values of the other CloudEvents types (Boolean, Integer) into their canonical strings.
+
+    Every transport carries them as strings anyway (binary HTTP and Kafka headers); doing it once at
+    the edge means every part of Cascade sees one form. InvalidEvent for a value no CloudEvents type has.
+    """
+    for name, value in list(attributes.items()):
+        if name in REQUIRED or name in OPTIONAL or name == "data" or isinstance(value, str):
+            continue
+        if isinstance(value, bool) or (isinstance(value, int) and -(2**31) <= value < 2**31):
+            attributes[name] = canonical(value)
+        else:
+            raise InvalidEvent(f"extension {name!r} must be a string, boolean or 32-bit integer, "
+                               f"not {type(value).__name__}", field=f"/{name}")
+
+
+def media_type(content_type: str) -> str:
+    """``application/json; charset=utf-8`` -> ``application/json``."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def check_attributes(attributes: Mapping[str, Any]) -> None:
     """Raise InvalidEvent (field = JSON pointer of the attribute) for a malformed envelope."""
     for name in REQUIRED:
@@ -105,7 +133,7 @@ def check_event(event: CloudEvent) -> None:
     """Check the envelope and validate ``data`` against the schema its type names."""
     attributes = event.get_attributes()
     check_attributes(attributes)
-    ctype = attributes.get("datacontenttype", JSON)
-    if ctype != JSON and not str(ctype).endswith("+json"):
+    ctype = media_type(str(attributes.get("datacontenttype") or JSON))
+    if ctype != JSON and not ctype.endswith("+json"):
         raise InvalidEvent(f"datacontenttype {ctype!r} is not JSON; Cascade events carry JSON data", field="/datacontenttype")
     schemas.validate(attributes["type"], event.get_data(), prefix="/data")

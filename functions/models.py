@@ -60,7 +60,8 @@ class Models:
                   "sha256": sha256_file(path), "format": model.get("format", "torchscript"),
                   "framework": job["spec"].get("framework", ""), "metrics": data.get("metrics", {}),
                   "lineage": {"job": data["jobId"], **({"dataset": job["spec"]["dataset"]}
-                                                      if job["spec"].get("dataset") else {})}}
+                                                      if job["spec"].get("dataset") else {})},
+                  **({"signature": model["signature"]} if model.get("signature") else {})}
         self.registry.register(record, str(job.get("project") or "default"))
         out = [follow_up(event, "model.registered", record, source=SOURCE_RELEASE, partitionkey=model["name"],
                          subject=f"{model['name']}:{version}", id=f"registered-{model['name']}-{version}")]

@@ -91,6 +91,7 @@ class EdgeAgent:
             timings["download"] = round(time.monotonic() - started, 3)
             status, answer = self._deploy(model, version, {"artifact": str(local), "format": d["format"],
                                                            "project": str(event.get("project") or "default"),
+                                                           "signature": d.get("signature"),
                                                            "canaryTrafficPercent": 0 if previous else None,
                                                            "annotations": self.annotations})
             if status != 200:

@@ -29,8 +29,35 @@ from kserve.protocol.rest.server import RESTServer
 FORMATS = ("torchscript", "pytorch", "sklearn", "xgboost", "onnx")
 
 
-def load(path: Path, fmt: str) -> Any:
-    """A callable numpy -> numpy for the artifact at ``path``."""
+Tensor = dict[str, Any]  # {"name", "datatype", "shape"}: one entry of V2 model metadata
+ONNX_TYPES = {"tensor(float)": "FP32", "tensor(double)": "FP64", "tensor(int64)": "INT64", "tensor(int32)": "INT32",
+              "tensor(float16)": "FP16", "tensor(bool)": "BOOL", "tensor(uint8)": "UINT8", "tensor(int8)": "INT8"}
+
+
+def _tensor(name: str, dims: list[Any], datatype: str = "FP32") -> Tensor:
+    return {"name": name, "datatype": datatype, "shape": [d if isinstance(d, int) and d > 0 else -1 for d in dims]}
+
+
+def signature(path: Path, fmt: str, model: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """Inputs and outputs as the artifact declares them (ONNX graph, feature counts, arch.json); empty if it does not."""
+    if fmt == "onnx":
+        return ([_tensor(i.name, list(i.shape), ONNX_TYPES.get(i.type, "BYTES")) for i in model.get_inputs()],
+                [_tensor(o.name, list(o.shape), ONNX_TYPES.get(o.type, "BYTES")) for o in model.get_outputs()])
+    features = None
+    if fmt == "sklearn":
+        features = getattr(model, "n_features_in_", None)
+    elif fmt == "xgboost":
+        features = model.num_features()
+    elif fmt == "pytorch":
+        arch = json.loads((path.parent / "arch.json").read_text())
+        return [_tensor("input-0", [-1, int(arch["in"])])], [_tensor("output-0", [-1, int(arch["out"])])]
+    if features is None:
+        return [], [_tensor("output-0", [-1, -1])]
+    return [_tensor("input-0", [-1, int(features)])], [_tensor("output-0", [-1])]
+
+
+def load(path: Path, fmt: str) -> tuple[Any, Any]:
+    """(a callable numpy -> numpy, the loaded model itself) for the artifact at ``path``."""
     if fmt in ("torchscript", "pytorch"):
         import torch
 
@@ -46,24 +73,24 @@ def load(path: Path, fmt: str) -> Any:
             with torch.no_grad():
                 return np.asarray(module(torch.from_numpy(x.astype(np.float32))).numpy())
 
-        return torch_forward
+        return torch_forward, module
     if fmt == "sklearn":
         import joblib
 
         estimator = joblib.load(path)
-        return lambda x: np.asarray(estimator.predict(x))
+        return (lambda x: np.asarray(estimator.predict(x))), estimator
     if fmt == "xgboost":
         import xgboost
 
         booster = xgboost.Booster()
         booster.load_model(str(path))
-        return lambda x: np.asarray(booster.predict(xgboost.DMatrix(x)))
+        return (lambda x: np.asarray(booster.predict(xgboost.DMatrix(x)))), booster
     if fmt == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         name = session.get_inputs()[0].name
-        return lambda x: np.asarray(session.run(None, {name: x.astype(np.float32)})[0])
+        return (lambda x: np.asarray(session.run(None, {name: x.astype(np.float32)})[0])), session
     raise ValueError(f"format {fmt!r} is not one of {FORMATS}")
 
 
@@ -72,11 +99,25 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
         super().__init__(name)
         self.path, self.fmt = path, fmt
         self.forward: Any = None
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
 
     def load(self) -> bool:
-        self.forward = load(self.path, self.fmt)
+        self.forward, native = load(self.path, self.fmt)
+        self.inputs, self.outputs = signature(self.path, self.fmt, native)
+        given = json.loads(os.environ.get("CASCADE_MODEL_SIGNATURE") or "{}")  # the release's, for what the
+        if not self.inputs:                                                      # artifact does not declare
+            self.inputs = list(given.get("inputs", []))
+        if given.get("outputs") and not any(o.get("name") != "output-0" for o in self.outputs):
+            self.outputs = list(given["outputs"])
         self.ready = True
         return True
+
+    def get_input_types(self) -> list[Tensor]:
+        return self.inputs
+
+    def get_output_types(self) -> list[Tensor]:
+        return self.outputs
 
     def _run(self, data: Any, input_name: str) -> np.ndarray:
         try:
@@ -102,7 +143,8 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
             except Exception as exc:
                 raise InvalidInput(f"input {tensor.name!r}: {exc}") from exc
             out = self._run(data, tensor.name)
-            output = InferOutput("output-0", list(out.shape), "FP32", data=out.astype(np.float32).flatten().tolist())
+            name = str(self.outputs[0]["name"]) if self.outputs else "output-0"  # as the metadata says
+            output = InferOutput(name, list(out.shape), "FP32", data=out.astype(np.float32).flatten().tolist())
             return InferResponse(payload.id or str(uuid.uuid4()), self.name, [output],
                                  model_version=os.environ.get("CASCADE_MODEL_VERSION"))
         if not isinstance(payload, dict) or "instances" not in payload:

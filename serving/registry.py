@@ -67,6 +67,8 @@ class Registry:
             data["canaryTrafficPercent"] = canary
         if sample is not None:
             data["sampleInput"] = sample
+        if record.get("signature"):
+            data["signature"] = record["signature"]
         self.store.put_record("model-version", f"{model}:{version}",
                               {**record, "stage": "released", "released": datetime.now(timezone.utc).isoformat()},
                               index=INDEX)

@@ -8,6 +8,7 @@ mode accepts, :class:`~cascade.core.errors.InvalidEvent` (HTTP 400) for malforme
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
@@ -18,8 +19,10 @@ from cloudevents.http import CloudEvent, from_dict
 
 from cascade.core.errors import InvalidEvent, InvalidInput
 from cascade.core.jsonlimits import loads
+from cascade.events.envelope import canonical, canonicalize, media_type
 
 STRUCTURED = "application/cloudevents+json"
+_NAME = re.compile(r"^[a-z0-9]+$")  # CloudEvents attribute names
 BATCH = "application/cloudevents-batch+json"
 
 
@@ -27,19 +30,25 @@ class UnsupportedMediaType(InvalidInput):
     """A request whose content type is not a CloudEvents HTTP mode Cascade accepts."""
 
 
+def _raw_content_type(headers: Mapping[str, str]) -> str:
+    return next((value.strip() for key, value in headers.items() if key.lower() == "content-type"), "")
+
+
 def _content_type(headers: Mapping[str, str]) -> str:
-    for key, value in headers.items():
-        if key.lower() == "content-type":
-            return value.split(";")[0].strip().lower()
-    return ""
+    return media_type(_raw_content_type(headers))
 
 
 def _one(attributes: Any) -> CloudEvent:
     if not isinstance(attributes, dict):
         raise InvalidEvent("a structured CloudEvent must be a JSON object")
+    for name in attributes:
+        if name not in ("data", "data_base64") and not _NAME.match(name):
+            raise InvalidEvent(f"attribute name {name!r} must be lower-case letters and digits", field=f"/{name}")
     for name in ("id", "source", "type", "specversion"):
         if not isinstance(attributes.get(name), str) or not attributes[name]:
             raise InvalidEvent(f"attribute {name!r} is required and must be a non-empty string", field=f"/{name}")
+    attributes = dict(attributes)
+    canonicalize(attributes)
     try:
         return from_dict(attributes)
     except (ce_errors.GenericException, ValueError, TypeError, KeyError) as exc:
@@ -53,12 +62,12 @@ def _binary(headers: Mapping[str, str], body: bytes, ctype: str) -> CloudEvent:
         if key[:3].lower() == "ce-":
             attributes[key[3:].lower()] = unquote(value) if "%" in value else value
     if ctype:
-        attributes["datacontenttype"] = ctype
+        attributes["datacontenttype"] = _raw_content_type(headers)  # parameters (charset) kept
     try:
         data = loads(body, "/data") if body else None
     except InvalidInput as exc:
         raise InvalidEvent(exc.message, field="/data") from exc
-    for name in ("id", "source", "type"):
+    for name in ("id", "source", "type", "specversion"):
         if not attributes.get(name):
             raise InvalidEvent(f"header ce-{name} is required", field=f"/{name}")
     try:
@@ -97,8 +106,8 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
 
 def to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     """Headers and body for binary mode (what the dispatcher sends subscribers)."""
-    headers = {f"ce-{k}": quote(str(v), safe="!#$&'()*+,/:;=?@[]^_`{|}~-.") for k, v in event.get_attributes().items()
-               if k != "datacontenttype"}
+    headers = {f"ce-{k}": quote(canonical(v), safe="!#$&'()*+,/:;=?@[]^_`{|}~-.")
+               for k, v in event.get_attributes().items() if k != "datacontenttype" and v is not None}
     headers["content-type"] = str(event.get("datacontenttype") or "application/json")
     return headers, json.dumps(event.get_data(), separators=(",", ":")).encode()
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from cloudevents import exceptions as ce_errors
 from cloudevents.http import CloudEvent, from_dict
-from cloudevents.kafka import KafkaMessage, from_binary, to_binary, to_structured
+from cloudevents.kafka import KafkaMessage, from_binary, to_structured
 
 from cascade.core.errors import InvalidEvent
+from cascade.events.envelope import canonical
 
 STRUCTURED = "application/cloudevents+json"
 Headers = tuple[tuple[str, bytes], ...]
@@ -45,18 +46,30 @@ def _as_bytes(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def _binary(event: CloudEvent) -> WireRecord:
+    """Binary mode: ``content-type`` only when the event has a datacontenttype (it is OPTIONAL), every
+    other attribute as a ``ce_`` header in its canonical string form, ``partitionkey`` as the key."""
+    attributes = event.get_attributes()
+    headers: list[tuple[str, bytes]] = []
+    if attributes.get("datacontenttype"):
+        headers.append(("content-type", str(attributes["datacontenttype"]).encode()))
+    headers += [(f"ce_{name}", canonical(value).encode()) for name, value in attributes.items()
+                if name not in ("data", "partitionkey", "datacontenttype") and value is not None]
+    key = attributes.get("partitionkey")
+    return WireRecord(None if key is None else canonical(key).encode(), tuple(headers), _dumps(event.get_data()))
+
+
 def to_wire(event: CloudEvent, *, structured: bool = False) -> WireRecord:
     """Encode an event for Kafka (binary mode unless ``structured``)."""
+    if not structured:
+        return _binary(event)
     try:
-        if structured:
-            msg = to_structured(event, envelope_marshaller=_dumps)
-        else:
-            msg = to_binary(event, data_marshaller=_dumps)
+        msg = to_structured(event, envelope_marshaller=_dumps)
     except ce_errors.GenericException as exc:
         raise InvalidEvent(f"cannot encode event: {exc}") from exc
-    headers = tuple((k, v) for k, v in msg.headers.items() if not (structured and k == "content-type"))
-    if structured:  # the SDK copies datacontenttype here; the Kafka binding wants the envelope type
-        headers = (("content-type", STRUCTURED.encode()),) + headers
+    # the SDK copies datacontenttype into content-type; the Kafka binding wants the envelope's type
+    headers = (("content-type", STRUCTURED.encode()),) + tuple((k, v) for k, v in msg.headers.items()
+                                                               if k != "content-type")
     value = _as_bytes(msg.value) or b""
     return WireRecord(_as_bytes(msg.key), headers, value)
 

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from cascade import __version__
 from cascade.core.credentials import bearer, matches
 from cascade.core.errors import Forbidden, InvalidInput, Unauthorized
 from cascade.events.health import Health
@@ -34,6 +35,9 @@ from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Overloaded, Service
 
 log = logging.getLogger("cascade.runtime")
+SERVER_PATHS: dict[str, Any] = {
+    "/v2/health/live": {"live": True}, "/v2/health/ready": {"ready": True},
+    "/v2": {"name": "cascade", "version": __version__, "extensions": []}}
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -144,7 +148,10 @@ class Runtime:
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
             argv = [sys.executable, "-P", "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
                     "--format", spec["format"]]
-            service = self.add_command(name, policy, argv, {"CASCADE_MODEL_VERSION": version},
+            env = {"CASCADE_MODEL_VERSION": version}
+            if spec.get("signature"):
+                env["CASCADE_MODEL_SIGNATURE"] = json.dumps(spec["signature"])
+            service = self.add_command(name, policy, argv, env,
                                        ready_path=f"/v2/models/{model}/ready")
             started = time.monotonic()
             service.hold(+1)  # the warm-up counts as a request: the autoscaler keeps the instance
@@ -188,6 +195,14 @@ class Runtime:
             ready, report = await asyncio.to_thread(self.health.report)
             await _json(send, 200 if ready else 503, report)
             return
+        if path in SERVER_PATHS:  # the Open Inference Protocol's server health and metadata: open, like /healthz
+            await _json(send, 200, SERVER_PATHS[path])
+            return
+        if path == "/v1/models":  # KServe V1: the models this caller may call
+            caller = await self._caller(scope, send, "infer")
+            if caller is not None:
+                await _json(send, 200, {"models": sorted(m for m in self.models.routes if caller.sees(self.owners.get(m)))})
+            return
         inference = parse_path(path)
         if inference is not None:
             caller = await self._caller(scope, send, "infer")
@@ -217,6 +232,9 @@ class Runtime:
                     missing["models"] = self.models.live()
                 await _json(send, 404, missing)
                 return
+            if path.endswith(":explain"):
+                await _json(send, 501, {"error": f"model {inference[0]!r} has no explainer"})
+                return
             # each model server holds one version: a pinned version is routed here, not there
             service, upstream_path = self.services.get(route.service), re.sub(r"/versions/[^/]+", "", path)
         else:
@@ -231,6 +249,10 @@ class Runtime:
         body = await _body(receive)
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
                    if k.decode("latin-1") not in HOP_BY_HOP]
+        if inference is not None and body and not any(k.lower() == "content-type" for k, _ in headers):
+            # however the client labelled it (tritonclient sends none): the binary tensor extension, or JSON
+            binary = any(k.lower() == "inference-header-content-length" for k, _ in headers)
+            headers.append(("content-type", "application/octet-stream" if binary else "application/json"))
         if scope.get("query_string"):
             upstream_path += "?" + scope["query_string"].decode("latin-1")
         try:
@@ -239,6 +261,9 @@ class Runtime:
             await _reply(send, 503, [(b"retry-after", b"1")], str(exc).encode())
             return
         status = int(answer.start.split(" ", 2)[1])
+        if inference is not None and path.startswith("/v2/") and status == 422:  # FastAPI's shape -> the protocol's
+            await _json(send, 400, {"error": f"malformed inference request: {_detail(answer.body)}"})
+            return
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k not in HOP_BY_HOP]
         await _reply(send, status, out, answer.body)
 
@@ -278,6 +303,15 @@ class Runtime:
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _detail(body: bytes) -> str:
+    """FastAPI's validation errors, as one line."""
+    try:
+        errors = json.loads(body).get("detail") or []
+        return "; ".join(f"{'/'.join(str(p) for p in e.get('loc', []))}: {e.get('msg')}" for e in errors)[:500]
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
 
 
 async def _body(receive: Receive) -> bytes:

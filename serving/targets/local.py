@@ -41,6 +41,8 @@ class LocalTarget:
                                 "project": release.project}
         if release.canary_percent is not None:
             body["canaryTrafficPercent"] = release.canary_percent
+        if release.signature:
+            body["signature"] = dict(release.signature)
         try:
             reply = httpx.put(url, json=body, headers=self.headers, timeout=self.timeout)
         except httpx.HTTPError as exc:

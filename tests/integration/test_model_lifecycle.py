@@ -20,6 +20,8 @@ from tests.integration.test_training import HELPERS, Platform, running_platform
 pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
 MODEL = f"lin{uuid.uuid4().hex[:6]}"  # the Redis registry outlives a test run
+SIGNATURE = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [-1, 8]}],
+             "outputs": [{"name": "prediction", "datatype": "FP32", "shape": [-1, 1]}]}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def train(p: Platform, canary: int | None = None) -> str:
     return p.submit({"framework": "pytorch", "entrypoint": {"script": str(HELPERS / "train_ddp.py")}, "workers": 2,
                      "hyperparameters": {"steps": 40},
                      "model": {"name": MODEL, "file": "model.torchscript.pt", "format": "torchscript",
-                               "release": release}})
+                               "release": release, "signature": SIGNATURE}})
 
 
 def service_instances(p: Platform, runtime: str, version: str) -> int:
@@ -68,6 +70,9 @@ def test_trained_model_is_registered_released_deployed_and_answers_from_zero(pla
     v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, headers=p.auth, json={"inputs": [
         {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": row[0]}]})
     assert v2.status_code == 200 and v2.json()["model_version"] == "1"
+    assert v2.json()["outputs"][0]["name"] == "prediction", "the job's declared signature travelled with the release"
+    meta = httpx.get(f"{runtime}/v2/models/{MODEL}", headers=p.auth, timeout=60).json()
+    assert meta["inputs"] == SIGNATURE["inputs"] and meta["outputs"] == SIGNATURE["outputs"]
     assert v2.json()["outputs"][0]["data"] == pytest.approx(v1.json()["predictions"][0], abs=1e-5)
     eventually(lambda: not service_instances(p, runtime, "1"), 60, "idle again, going back to zero")
 

@@ -35,6 +35,9 @@ from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Overloaded, Service
 
 log = logging.getLogger("cascade.runtime")
+PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_torchscript", "pytorch": "pytorch_torchscript",
+             "sklearn": "sklearn", "xgboost": "xgboost"}  # V2 metadata "platform", as Triton names backends
+_METADATA = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?$")
 SERVER_PATHS: dict[str, Any] = {
     "/v2/health/live": {"live": True}, "/v2/health/ready": {"ready": True},
     "/v2": {"name": "cascade", "version": __version__, "extensions": []}}
@@ -60,6 +63,7 @@ class Runtime:
         self.health = health or Health({})  # what /readyz checks (the state store of idempotent functions)
         self.auth, self.open_functions = auth, open_functions
         self.owners: dict[str, str] = {}  # model -> the project whose tokens may call it
+        self.platforms: dict[str, str] = {}  # model server (service name) -> V2 metadata "platform"
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -148,6 +152,7 @@ class Runtime:
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
             argv = [sys.executable, "-P", "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
                     "--format", spec["format"]]
+            self.platforms[name] = PLATFORMS.get(str(spec["format"]), "")
             env = {"CASCADE_MODEL_VERSION": version}
             if spec.get("signature"):
                 env["CASCADE_MODEL_SIGNATURE"] = json.dumps(spec["signature"])
@@ -263,6 +268,9 @@ class Runtime:
         status = int(answer.start.split(" ", 2)[1])
         if inference is not None and path.startswith("/v2/") and status == 422:  # FastAPI's shape -> the protocol's
             await _json(send, 400, {"error": f"malformed inference request: {_detail(answer.body)}"})
+            return
+        if inference is not None and status == 200 and scope["method"] == "GET" and _METADATA.match(path):
+            await _json(send, 200, {**json.loads(answer.body), "platform": self.platforms.get(service.name, "")})
             return
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k not in HOP_BY_HOP]
         await _reply(send, status, out, answer.body)

@@ -126,8 +126,9 @@ def test_tritonclient_speaks_to_the_inference_gateway(runtime: str) -> None:
     client = triton.InferenceServerClient(runtime.removeprefix("http://"))
     assert client.is_server_live() and client.is_server_ready()
     assert client.get_server_metadata()["name"] == "cascade"
-    assert client.is_model_ready("onnx")
+    assert client.is_model_ready("onnx") and client.is_model_ready("onnx", "1")
     meta = client.get_model_metadata("onnx")
+    assert meta == client.get_model_metadata("onnx", "1") and meta["platform"] == "onnxruntime_onnx"
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
     assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]
     assert client.get_model_metadata("sk")["inputs"] == [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}]
@@ -137,12 +138,18 @@ def test_tritonclient_speaks_to_the_inference_gateway(runtime: str) -> None:
     for binary in (False, True):
         tensor = triton.InferInput("x", list(rows.shape), "FP32")
         tensor.set_data_from_numpy(rows, binary_data=binary)
-        result = client.infer("onnx", [tensor], outputs=[triton.InferRequestedOutput("y", binary_data=False)])
-        assert result.as_numpy("y").flatten().tolist() == pytest.approx([2.5, 2.0], abs=1e-4), binary
+        for version in ("", "1"):
+            result = client.infer("onnx", [tensor], model_version=version,
+                                  outputs=[triton.InferRequestedOutput("y", binary_data=False)])
+            assert result.as_numpy("y").flatten().tolist() == pytest.approx([2.5, 2.0], abs=1e-4), (binary, version)
 
 
 def test_v1_listing_explain_and_v2_errors(runtime: str) -> None:
     assert httpx.get(f"{runtime}/v1/models").json() == {"models": ["onnx", "sk", "ts"]}
+    ready = httpx.get(f"{runtime}/v1/models/sk")
+    assert ready.status_code == 200 and ready.json()["ready"] is True, ready.text
+    predicted = httpx.post(f"{runtime}/v1/models/sk:predict", json={"instances": [[1.0, 1.0, 1.0, 1.0]]})
+    assert predicted.json()["predictions"] == pytest.approx([2.5], abs=1e-4)
     explain = httpx.post(f"{runtime}/v1/models/onnx:explain", json={"instances": [[1, 1, 1, 1]]})
     assert explain.status_code == 501 and "explainer" in explain.json()["error"]
     malformed: dict[str, Any] = {"inputs": [{"name": "x", "shape": [1, 4]}]}  # no datatype, no data

@@ -149,7 +149,8 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
             except InvalidInput as exc:
                 exc.field = f"{at}{exc.field}"
                 raise
-        return await gw.publish("/events", identity.project or str(events[0]["project"]), events)
+        owner = identity.project or (str(events[0]["project"]) if events else "default")  # an empty batch: nothing
+        return await gw.publish("/events", owner, events)
 
     @app.post("/webhooks/s3", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))

@@ -45,7 +45,9 @@ class Gateway:
         projects.create_project("sdk")
         self.bus, self.topic = bus, topic
         self.auth = {"authorization": f"Bearer {projects.create_token('sdk')}"}
-        self.client = TestClient(create_app(bus, store, GatewaySettings(), topic), base_url="http://localhost")
+        self.platform = {"authorization": "Bearer casp_conformance"}
+        self.client = TestClient(create_app(bus, store, GatewaySettings(), topic, platform_token="casp_conformance"),
+                                 base_url="http://localhost")
 
     def post(self, headers: dict[str, str], body: bytes | str) -> httpx.Response:
         return self.client.post("/events", headers={**headers, **self.auth}, content=body)
@@ -76,6 +78,10 @@ def test_the_sdk_default_shapes_and_minimal_events_are_accepted(gateway: Gateway
     assert gateway.post(dict(headers), body).status_code == 202
     minimal = {"specversion": "1.0", "id": "min-1", "source": "/curl", "type": TYPE, "data": DATA}
     assert gateway.post({"content-type": "application/cloudevents+json"}, json.dumps(minimal)).status_code == 202
+    for auth in (gateway.auth, gateway.platform):  # an empty batch is valid and publishes nothing
+        empty = gateway.client.post("/events", content="[]",
+                                    headers={"content-type": "application/cloudevents-batch+json", **auth})
+        assert empty.status_code == 202 and empty.json()["accepted"] == 0, empty.text
     batch = [{**minimal, "id": "batch-1"}, {**minimal, "id": "batch-2"}]
     assert gateway.post({"content-type": "application/cloudevents-batch+json"}, json.dumps(batch)).status_code == 202
     binary_untyped = {"ce-specversion": "1.0", "ce-id": "bin-1", "ce-source": "/curl", "ce-type": TYPE}

@@ -123,7 +123,7 @@ def test_retry_count_and_backoff_spacing(bus: EventBus, store: StateStore, sub: 
     assert len(attempts) == 4
     gaps = [b.start - a.end for a, b in zip(attempts, attempts[1:])]
     for gap, want in zip(gaps, expected):
-        assert want - 0.01 <= gap <= want + 0.25, (gaps, expected)
+        assert want - 0.01 <= gap <= want + 0.5, (gaps, expected)  # never early; late only by scheduling noise
 
 
 def test_timeouts_and_dead_letters_carry_error_extensions(bus: EventBus, store: StateStore, sub: Subscriber,

@@ -120,6 +120,8 @@ def runtime(tmp_path: Path) -> Iterator[str]:
                 "outputs": [{"name": "score", "datatype": "FP32", "shape": [-1, 1]}]}
     for name, artifact, fmt, extra in (("onnx", models.onnx_model(tmp_path), "onnx", {}),
                                        ("sk", models.sklearn(tmp_path), "sklearn", {}),
+                                       ("xgb", models.xgboost_model(tmp_path), "xgboost", {}),
+                                       ("sd", models.state_dict(tmp_path), "pytorch", {}),
                                        ("ts", models.torchscript(tmp_path), "torchscript", {"signature": declared})):
         reply = httpx.put(f"{server.url}/_runtime/models/{name}/versions/1", timeout=120,
                           json={"artifact": str(artifact), "format": fmt, **extra})
@@ -138,6 +140,9 @@ def test_tritonclient_speaks_to_the_inference_gateway(runtime: str) -> None:
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}]
     assert meta["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]
     assert client.get_model_metadata("sk")["inputs"] == [{"name": "input-0", "datatype": "FP32", "shape": [-1, 4]}]
+    for name, platform in (("sk", "sklearn"), ("xgb", "xgboost"), ("sd", "pytorch_torchscript")):
+        meta = client.get_model_metadata(name)  # the feature counts scikit-learn and XGBoost keep, arch.json
+        assert meta["inputs"][0]["shape"] == [-1, 4] and meta["platform"] == platform, (name, meta)
     ts = client.get_model_metadata("ts")  # TorchScript declares no shapes: the release's signature
     assert (ts["inputs"][0]["name"], ts["outputs"][0]["name"]) == ("features", "score")
     rows = np.array([[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 0.0, 0.0]], dtype=np.float32)
@@ -151,7 +156,7 @@ def test_tritonclient_speaks_to_the_inference_gateway(runtime: str) -> None:
 
 
 def test_v1_listing_explain_and_v2_errors(runtime: str) -> None:
-    assert httpx.get(f"{runtime}/v1/models").json() == {"models": ["onnx", "sk", "ts"]}
+    assert httpx.get(f"{runtime}/v1/models").json() == {"models": ["onnx", "sd", "sk", "ts", "xgb"]}
     ready = httpx.get(f"{runtime}/v1/models/sk")
     assert ready.status_code == 200 and ready.json()["ready"] is True, ready.text
     predicted = httpx.post(f"{runtime}/v1/models/sk:predict", json={"instances": [[1.0, 1.0, 1.0, 1.0]]})

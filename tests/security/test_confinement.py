@@ -130,3 +130,35 @@ def test_the_dispatcher_operations_port_checks_the_host_too() -> None:
         assert httpx.get(url, headers={"origin": "http://attacker.example"}).status_code == 403
     finally:
         server.shutdown()
+
+
+def test_a_job_names_only_files_of_its_own_output_and_workspace(tmp_path: Path) -> None:
+    from cloudevents.http import CloudEvent
+
+    from cascade.core.errors import InvalidInput
+    from cascade.core.settings import Settings
+    from cascade.functions.models import Models
+    from cascade.functions.training.policy import JobPolicy
+
+    cfg = Settings(home=tmp_path / "home")
+    output = cfg.artifact_root / "job-1"
+    output.mkdir(parents=True)
+    (output / "model.pt").write_bytes(b"weights")
+    models = Models(cfg)
+    for file, registered in (("../../../../../../etc/hostname", False), ("model.pt", True)):
+        models.store.put_record("job", "job-1", {"id": "job-1", "project": "p", "spec": {
+            "framework": "pytorch", "model": {"name": f"m{int(registered)}", "file": file}}})
+        event = CloudEvent({"type": "io.cascade.job.succeeded.v1", "source": "/t", "project": "p"},
+                           {"jobId": "job-1", "artifactUri": output.as_uri(), "metrics": {}})
+        assert bool(models.on_succeeded(event)) is registered, file
+    assert [r["artifactUri"] for r in models.store.find_records("model-version")] == [(output / "model.pt").as_uri()]
+
+    policy = JobPolicy.from_settings(cfg)
+    workspace = policy.workspace("p")
+    workspace.mkdir(parents=True)
+    (workspace / "train.py").write_text("print(1)")
+    (workspace / "escape.py").symlink_to(tmp_path / "elsewhere.py")
+    (tmp_path / "elsewhere.py").write_text("print(2)")
+    assert policy.script("p", "train.py") == (workspace / "train.py").resolve()
+    with pytest.raises(InvalidInput, match="workspace"):
+        policy.script("p", "escape.py")

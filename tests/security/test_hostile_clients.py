@@ -144,6 +144,20 @@ def test_scopes_limit_what_a_token_may_do(attack: Attack) -> None:
     assert infer.status_code == 403 and "infer" in infer.json()["message"]
 
 
+def test_a_revoked_token_is_refused_everywhere(attack: Attack) -> None:
+    projects = Projects(SqliteStore(Path(attack.p.env["CASCADE_HOME"]) / "state.db"))
+    token = projects.create_token("default", "to revoke")
+    headers = {"authorization": f"Bearer {token}"}
+    assert httpx.get(f"{attack.p.gateway}/v1/jobs", headers=headers).status_code == 200
+    assert httpx.get(f"{attack.p.dashboard}/api/snapshot", headers=headers).status_code == 200
+    [record] = [t for t in projects.tokens("default") if t["description"] == "to revoke"]
+    projects.revoke(record["id"])
+    eventually(lambda: httpx.get(f"{attack.p.gateway}/v1/jobs", headers=headers).status_code == 401, 10,
+               "the gateway refusing the revoked token (its cache lasts 5 s)")
+    eventually(lambda: httpx.get(f"{attack.p.dashboard}/api/snapshot", headers=headers).status_code == 401, 10,
+               "the dashboard refusing it")
+
+
 def test_jobs_run_only_workspace_scripts_and_allowlisted_modules_within_caps(attack: Attack) -> None:
     bad = [({"script": "-c", "args": ["import os; os.system('id')"]}, "/spec/entrypoint/script"),
            ({"script": "/etc/passwd"}, "/spec/entrypoint/script"),

@@ -139,7 +139,16 @@ class Authenticator:
         self._cache[token] = (identity, now + self.cache_seconds)
         return identity
 
-    def require(self, headers: Mapping[str, str], scope: str | None = None, *, platform: bool = False) -> Identity:
+    def require_platform(self, headers: Mapping[str, str]) -> Identity:
+        """The platform, or Unauthorized (no credential) / Forbidden (any other); never asks the store."""
+        if matches(bearer(headers), self.platform_token):
+            return PLATFORM
+        if not bearer(headers):
+            raise Unauthorized("send 'Authorization: Bearer <platform credential>'", field="authorization")
+        raise Forbidden("only the platform credential may do this (a project token reaches functions through "
+                        "the gateway and triggers)", field="authorization")
+
+    def require(self, headers: Mapping[str, str], scope: str | None = None) -> Identity:
         """The caller's identity; Unauthorized without a valid credential, Forbidden without ``scope``."""
         token = bearer(headers)
         if not token:
@@ -148,8 +157,6 @@ class Authenticator:
         identity = self.identify(token)
         if identity is None:
             raise Unauthorized("unknown or revoked token", field="authorization")
-        if platform and not identity.platform:
-            raise Forbidden("only the platform credential may do this", field="authorization")
         if scope and not identity.may(scope):
             raise Forbidden(f"this token lacks the {scope!r} scope "
                             f"(create one with: cascade tokens create {identity.project} --scope {scope})",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cascade.core.errors import InvalidInput
+from cascade.core import secrets
 from cascade.functions.spec import FunctionSpec
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.runtime.policy import ScalingPolicy
@@ -18,14 +18,8 @@ from cascade.serving.runtime.service import Service
 
 def secret_env(spec: FunctionSpec) -> dict[str, str]:
     """Secrets by name, from ``CASCADE_SECRET_<NAME>`` (dashes as underscores, upper case)."""
-    env = {}
-    for name in spec.secrets:
-        var = "CASCADE_SECRET_" + name.replace("-", "_").upper()
-        if var not in os.environ:
-            raise InvalidInput(f"function {spec.name}: secret {name!r} is not set; export {var}=...",
-                               field=f"{spec.path}/func.yaml#secrets")
-        env[name.replace("-", "_").upper()] = os.environ[var]
-    return env
+    return secrets.resolve(spec.secrets, os.environ, owner=f"function {spec.name}",
+                           field=f"{spec.path}/func.yaml#secrets")
 
 
 def policy(spec: FunctionSpec, scale_to_zero_grace: float, defaults: dict[str, str] | None = None) -> ScalingPolicy:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from cascade.core import podsecurity
+from cascade.core.secrets import secret_refs
 from cascade.events.triggers import Trigger
 from cascade.functions.spec import FunctionSpec
 from cascade.scheduling.frameworks import REGISTRY, VERSION
@@ -39,8 +40,7 @@ def service(spec: FunctionSpec, namespace: str, image: str | None = None) -> dic
     data_filters = [d for t in spec.trigger_models() for d in _knative_filters(t.filters)[1]]
     if data_filters:
         env.append({"name": "CASCADE_DATA_FILTER", "value": " or ".join(f"({d})" for d in data_filters)})
-    env += [{"name": s.replace("-", "_").upper(), "valueFrom": {"secretKeyRef": {"name": s, "key": "value"}}}
-            for s in spec.secrets]
+    env += secret_refs(spec.secrets)
     annotations = {"autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev", **spec.annotations}
     if spec.resources.accelerator not in ("", "0"):
         annotations["cascade.io/accelerator"] = spec.resources.accelerator

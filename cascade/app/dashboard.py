@@ -27,11 +27,12 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
-from cascade.core.errors import CascadeError, InvalidInput, Unauthorized
+from cascade.core.errors import CascadeError, InvalidInput
 from cascade.core.versions import version_key
 from cascade.events.bus import EventBus, Record
 from cascade.events.dispatcher.service import trigger_lag
 from cascade.events.envelope import event_type
+from cascade.events.gateway.errors import problem
 from cascade.events.health import Health
 from cascade.events.identity import Authenticator, Identity
 from cascade.events.triggers import Trigger
@@ -149,8 +150,7 @@ class Dashboard:
 
         @api.exception_handler(InvalidInput)
         async def refused(request: Request, exc: InvalidInput) -> JSONResponse:
-            return JSONResponse(exc.to_dict(), status_code=401 if isinstance(exc, Unauthorized) else 403,
-                                headers={"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else {})
+            return problem(exc)
 
         @api.get("/", response_class=HTMLResponse)
         def index() -> HTMLResponse:  # no data in it: the page asks /api/* with the token typed into it

@@ -25,7 +25,6 @@ from cascade.events.bus import EventBus
 from cascade.events.dispatcher import Dispatcher
 from cascade.events.gateway import create_app
 from cascade.events.health import Health
-from cascade.events.identity import Authenticator, Projects
 from cascade.events.sources.folder import FolderSource
 from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
@@ -73,7 +72,7 @@ class Platform:
               dashboard: bool = True) -> None:
         cfg = self.cfg
         os.environ.update(cfg.export())  # function instances and job supervisors use the same bus and state
-        auth = Authenticator(Projects(self.state), self.platform_token)
+        auth = wiring.authenticator(self.state, self.platform_token)
         if dispatcher:  # a trigger new to this bus starts at now, not at whenever its group first joins
             for trigger in self.triggers:
                 if trigger.start == "latest":

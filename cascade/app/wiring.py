@@ -37,11 +37,11 @@ def function_dirs(settings: Settings) -> list[Path]:
     return [*settings.function_paths, PLATFORM_FUNCTIONS]
 
 
-def authenticator(settings: Settings, platform_token: str) -> Authenticator:
+def authenticator(state: StateStore, platform_token: str) -> Authenticator:
     """Who is calling, for every server: project tokens from the state store, and the platform credential."""
     from cascade.events.identity import Authenticator, Projects
 
-    return Authenticator(Projects(store(settings)), platform_token)
+    return Authenticator(Projects(state), platform_token)
 
 
 def guarded(settings: Settings, app: Any, listen: str, max_body: int | None = None) -> Any:

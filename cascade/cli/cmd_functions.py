@@ -92,7 +92,7 @@ def functions_serve(
         fail(f"no function {name!r}; found: {', '.join(sorted(specs)) or 'none'}")
     # In a function's pod: Knative delivers events without credentials to this cluster-local service; the admin
     # API takes the platform credential (CASCADE_PLATFORM_TOKEN from a Secret).
-    runtime = Runtime(cfg.home / "run", auth=wiring.authenticator(cfg, platform_token(cfg.home)),
+    runtime = Runtime(cfg.home / "run", auth=wiring.authenticator(wiring.store(cfg), platform_token(cfg.home)),
                       tick=cfg.functions.tick_seconds, default_service=name, open_functions=True)
     # Knative scales the pods; inside one, a single warm instance serves.
     spec = specs[name]

@@ -95,7 +95,7 @@ def edge_agent(
     home.mkdir(parents=True, exist_ok=True)
     the_bus = wiring.bus(cfg)
     token = platform_token(home, create=True)  # this edge site's own credential for its runtime
-    runtime = Runtime(home / "run", auth=wiring.authenticator(cfg, token), tick=cfg.functions.tick_seconds,
+    runtime = Runtime(home / "run", auth=wiring.authenticator(wiring.store(cfg), token), tick=cfg.functions.tick_seconds,
                       model_grace=cfg.serving.scale_to_zero_grace_seconds)
     try:
         server = ServerThread(wiring.guarded(cfg, runtime, "127.0.0.1"), "127.0.0.1", port, name="edge-runtime",

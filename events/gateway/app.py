@@ -221,7 +221,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     async def metrics(request: Request) -> Response:
         """Prometheus metrics: for loopback clients, anyone else with the platform credential."""
         if not _loopback(request.client.host if request.client else ""):
-            await run_in_threadpool(gw.auth.require, request.headers, platform=True)
+            gw.auth.require_platform(request.headers)
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app

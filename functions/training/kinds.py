@@ -13,8 +13,8 @@ import shlex
 from typing import Any
 
 from cascade.core import podsecurity
+from cascade.core.secrets import secret_refs
 from cascade.functions.training.job import TrainingJob
-from cascade.functions.training.policy import secret_var
 
 KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     # framework: (kind, replica-specs key, container name, roles: first takes one replica, the last the rest)
@@ -50,8 +50,7 @@ def pod_template(job: TrainingJob, container: str, command: list[str], env: dict
 
 def secret_env(job: TrainingJob) -> list[dict[str, Any]]:
     """The secrets the job names, as references to Secrets of that name (key ``value``) in its namespace."""
-    return [{"name": secret_var(s), "valueFrom": {"secretKeyRef": {"name": s, "key": "value"}}}
-            for s in job.spec.get("secrets", [])]
+    return secret_refs(job.spec.get("secrets", []))
 
 
 def _run_policy(job: TrainingJob) -> dict[str, Any]:

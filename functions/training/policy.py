@@ -18,17 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cascade.core import secrets
 from cascade.core.errors import InvalidInput, SchemaViolation
 from cascade.core.settings import Settings
 
-SECRET_PREFIX = "CASCADE_SECRET_"
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "VIRTUAL_ENV", "OMP_NUM_THREADS")
 """The only variables of the platform's environment a local job's workers inherit."""
-
-
-def secret_var(name: str) -> str:
-    """``hf-token`` -> ``HF_TOKEN`` (the name the job sees)."""
-    return name.replace("-", "_").upper()
 
 
 @dataclass(frozen=True)
@@ -95,12 +90,7 @@ def worker_base_env(environ: Mapping[str, str], spec: Mapping[str, Any], home: s
     """A worker's environment before its framework's variables: no platform settings, only named secrets."""
     env = {k: environ[k] for k in BASE_ENV if k in environ}
     env["HOME"] = home
-    for name in spec.get("secrets", []):
-        var = SECRET_PREFIX + secret_var(str(name))
-        if var not in environ:
-            raise InvalidInput(f"secret {name!r} is not set on this platform (export {var}=...)",
-                               field="/spec/secrets")
-        env[secret_var(str(name))] = environ[var]
+    env.update(secrets.resolve(spec.get("secrets", []), environ, owner="this platform", field="/spec/secrets"))
     return env
 
 

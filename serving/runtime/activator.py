@@ -20,13 +20,13 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from cascade import __version__
-from cascade.core.credentials import bearer, matches
-from cascade.core.errors import Forbidden, InvalidInput, Unauthorized
+from cascade.core.errors import InvalidInput
+from cascade.events.gateway.errors import problem
 from cascade.events.health import Health
 from cascade.events.identity import PLATFORM, Authenticator, Identity
 from cascade.serving.inference import ModelRoutes, Route, parse_path
@@ -43,7 +43,7 @@ SERVER_PATHS: dict[str, Any] = {
     "/v2": {"name": "cascade", "version": __version__, "extensions": []}}
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade"}
 
 
@@ -204,13 +204,13 @@ class Runtime:
             await _json(send, 200, SERVER_PATHS[path])
             return
         if path == "/v1/models":  # KServe V1: the models this caller may call
-            caller = await self._caller(scope, send, "infer")
+            caller = await self._caller(scope, receive, send, "infer")
             if caller is not None:
                 await _json(send, 200, {"models": sorted(m for m in self.models.routes if caller.sees(self.owners.get(m)))})
             return
         inference = parse_path(path)
         if inference is not None:
-            caller = await self._caller(scope, send, "infer")
+            caller = await self._caller(scope, receive, send, "infer")
             if caller is None:
                 return
             if not caller.sees(self.owners.get(inference[0])):
@@ -219,7 +219,7 @@ class Runtime:
                 return
         elif self.open_functions and not path.startswith("/_runtime/"):
             pass  # a function's own pod: Knative delivers without credentials to a cluster-local service
-        elif await self._caller(scope, send, None, platform=True) is None:
+        elif await self._caller(scope, receive, send, None, platform=True) is None:
             return
         if path == "/_runtime/services":
             await _json(send, 200, self.status())
@@ -275,26 +275,18 @@ class Runtime:
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k not in HOP_BY_HOP]
         await _reply(send, status, out, answer.body)
 
-    async def _caller(self, scope: Scope, send: Send, need: str | None, *, platform: bool = False) -> Identity | None:
-        """Who is calling, or None once a 401/403 has been answered."""
+    async def _caller(self, scope: Scope, receive: Receive, send: Send, need: str | None, *,
+                      platform: bool = False) -> Identity | None:
+        """Who is calling, or None once a 401/403 has been answered (the gateway's error bodies)."""
         if self.auth is None:
             return PLATFORM
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             if platform:  # no store round trip: the platform credential or nothing
-                if matches(bearer(headers), self.auth.platform_token):
-                    return PLATFORM
-                if not bearer(headers):
-                    raise Unauthorized("send 'Authorization: Bearer <platform credential>'", field="authorization")
-                raise Forbidden("only the platform credential may use /_runtime/ and call functions directly "
-                                "(events reach functions through the gateway and triggers)", field="authorization")
+                return self.auth.require_platform(headers)
             return await asyncio.to_thread(self.auth.require, headers, need)
         except InvalidInput as exc:
-            unauthorized = isinstance(exc, Unauthorized)
-            await _reply(send, 401 if unauthorized else 403,
-                         [(b"content-type", b"application/json"),
-                          *([(b"www-authenticate", b"Bearer")] if unauthorized else [])],
-                         json.dumps(exc.to_dict()).encode())
+            await problem(exc)(scope, receive, send)
             return None
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

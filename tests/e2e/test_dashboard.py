@@ -20,7 +20,7 @@ from selenium.webdriver.common.by import By
 
 from cascade.stores.sqlite import SqliteStore
 from tests.helpers.platform import Running, cascade_up
-from tests.helpers.waiting import holds
+from tests.helpers.waiting import eventually, holds
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FUNC_YAML = """name: sleepy
@@ -78,10 +78,7 @@ def text(driver: webdriver.Chrome, css: str) -> str:
 def test_page_shows_a_live_event_and_a_function_scaling_from_zero_and_back(
         platform: Running, browser: webdriver.Chrome) -> None:
     browser.get(platform.dashboard + "/")  # no token: the page holds no data and asks for one
-    deadline = time.monotonic() + 30
-    while "enter a token" not in text(browser, "#status"):
-        assert time.monotonic() < deadline, browser.page_source[-3000:]
-        time.sleep(0.1)
+    eventually(lambda: "enter a token" in text(browser, "#status"), 30, "the page asking for a token")
     admin = platform.admin["authorization"].removeprefix("Bearer ")
     browser.get(f"{platform.dashboard}/#token={admin}")  # the platform sees every project and the platform's parts
     deadline = time.monotonic() + 30
@@ -120,16 +117,15 @@ def test_values_from_the_platform_are_text_never_markup_or_script(platform: Runn
     store.put_record("job", hostile, {"id": hostile, "kind": "training", "project": "default", "status": "failed",
                                       "reason": "<b>bold</b>", "submitted": "2026-11-30T00:00:00Z", "spec": {}})
     browser.get(f"{platform.dashboard}/#token={platform.token}")  # a project token sees its own project's jobs
-    deadline = time.monotonic() + 30
-    rows = []
-    while not rows:
-        rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
-        assert time.monotonic() < deadline, browser.page_source[-3000:]
-        time.sleep(0.1)
-    [row] = [r for r in rows if r.get_attribute("data-job") == hostile]
-    assert row.find_element(By.CSS_SELECTOR, "td").text == hostile, "shown as text"
+    rows = "[...document.querySelectorAll('#jobs tbody tr')].filter(r => r.dataset.job === arguments[0])"
+
+    def first_cells() -> list[str]:  # read in the page: rows are redrawn every 300 ms, so no element handles
+        return list(browser.execute_script(f"return {rows}.map(r => r.cells[0].textContent)", hostile))
+
+    eventually(lambda: bool(first_cells()), 30, "the hostile job's row")
+    assert first_cells() == [hostile], "shown as text"
     assert not browser.find_elements(By.CSS_SELECTOR, "#jobs img"), "no markup from data"
-    row.click()
-    assert not any(p.is_displayed() for p in browser.find_elements(By.CSS_SELECTOR, "#functions tbody tr")), \
+    browser.execute_script(f"{rows}[0].click()", hostile)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#functions tbody tr"), \
         "a project token sees none of the platform's services"
     holds(lambda: browser.title == "Cascade", 1.0, "the page keeping its title (a script from data would rename it)")

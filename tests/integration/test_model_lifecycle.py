@@ -48,7 +48,7 @@ def train(p: Platform, canary: int | None = None) -> str:
 
 
 def service_instances(p: Platform, runtime: str, version: str) -> int:
-    services = {s["name"]: s for s in httpx.get(f"{runtime}/_runtime/services", headers=p.admin).json()}
+    services = {s["name"]: s for s in httpx.get(f"{runtime}/_runtime/services", headers=p.running.admin).json()}
     s = services.get(f"model-{MODEL}-{version}", {"ready": 0, "starting": 0})
     return int(s["ready"]) + int(s["starting"])
 
@@ -65,13 +65,13 @@ def test_trained_model_is_registered_released_deployed_and_answers_from_zero(pla
     row = [[1.0] * 8]
     anonymous = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120)
     assert anonymous.status_code == 401, "inference takes a token with the infer scope"
-    v1 = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120, headers=p.auth)
+    v1 = httpx.post(f"{runtime}/v1/models/{MODEL}:predict", json={"instances": row}, timeout=120, headers=p.running.auth)
     assert v1.status_code == 200 and len(v1.json()["predictions"]) == 1, v1.text
-    v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, headers=p.auth, json={"inputs": [
+    v2 = httpx.post(f"{runtime}/v2/models/{MODEL}/infer", timeout=120, headers=p.running.auth, json={"inputs": [
         {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": row[0]}]})
     assert v2.status_code == 200 and v2.json()["model_version"] == "1"
     assert v2.json()["outputs"][0]["name"] == "prediction", "the job's declared signature travelled with the release"
-    meta = httpx.get(f"{runtime}/v2/models/{MODEL}", headers=p.auth, timeout=60).json()
+    meta = httpx.get(f"{runtime}/v2/models/{MODEL}", headers=p.running.auth, timeout=60).json()
     assert meta["inputs"] == SIGNATURE["inputs"] and meta["outputs"] == SIGNATURE["outputs"]
     assert v2.json()["outputs"][0]["data"] == pytest.approx(v1.json()["predictions"][0], abs=1e-5)
     eventually(lambda: not service_instances(p, runtime, "1"), 60, "idle again, going back to zero")
@@ -82,12 +82,12 @@ def test_a_second_release_shifts_the_canary_share(platform: tuple[Platform, str]
     train(p, canary=30)
     [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{MODEL}:2")
     assert deployed.get_data()["version"] == "2"
-    routes = {r["version"]: r["percent"] for r in httpx.get(f"{runtime}/_runtime/models", headers=p.admin).json()[MODEL]}
+    routes = {r["version"]: r["percent"] for r in httpx.get(f"{runtime}/_runtime/models", headers=p.running.admin).json()[MODEL]}
     assert routes == {"1": 70, "2": 30}
     # The split itself is checked on the routing function (tests/unit/test_routes.py); here, that
     # both versions answer through the inference gateway.
     seen: set[str] = set()
-    with httpx.Client(timeout=120, headers=p.auth) as client:
+    with httpx.Client(timeout=120, headers=p.running.auth) as client:
         for _ in range(200):  # P(one version unseen after 200 calls at 30 %) < 1e-30
             seen.add(client.post(f"{runtime}/v2/models/{MODEL}/infer", json={"inputs": [
                 {"name": "features", "shape": [1, 8], "datatype": "FP32", "data": [1.0] * 8}]}).json()["model_version"])

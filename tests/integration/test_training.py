@@ -25,7 +25,7 @@ import torch
 
 from cascade.events.bus.kafka import KafkaBus
 from tests.conftest import KAFKA, REDIS, make_bus
-from tests.helpers.platform import cascade_up
+from tests.helpers.platform import Running, cascade_up
 from tests.helpers.waiting import events_until, eventually
 
 pytestmark = pytest.mark.slow  # the platform or model servers start in every test
@@ -42,15 +42,7 @@ class Platform:
     topic: str
     bus: KafkaBus
     token: str
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.token}"}
-
-    @property
-    def admin(self) -> dict[str, str]:
-        """The platform credential: the runtime's admin API takes no other."""
-        return {"authorization": f"Bearer {(self.home / 'platform.token').read_text().strip()}"}
+    running: Running  # its auth (the project token) and admin (the platform credential) headers
 
     def submit(self, spec: dict[str, Any]) -> str:
         """Submit ``spec``; a script named by absolute path is first copied into the project's workspace."""
@@ -86,7 +78,7 @@ def running_platform(home: Path, topic: str, **env: str) -> Iterator[tuple[Platf
         bus = make_bus("kafka", home)
         assert isinstance(bus, KafkaBus)
         try:
-            yield Platform(home, running.gateway, topic, bus, (home / "token").read_text().strip()), running.runtime
+            yield Platform(home, running.gateway, topic, bus, running.token, running), running.runtime
         finally:
             bus.close()
 

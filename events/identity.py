@@ -165,7 +165,7 @@ class Authenticator:
 
 
 PROJECT_TYPES = frozenset(f"io.cascade.{family}.v1" for family in
-                          ("dataset.uploaded", "labels.progressed", "labels.completed"))
+                          ("dataset.uploaded", "dataset.removed", "labels.progressed", "labels.completed"))
 """What a project token may publish; every other type (jobs, models, edge heartbeats, registered
 datasets) is the platform's own, accepted only with the platform credential."""
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need into .venv, starts the real
-# Kafka and Redis (scripts/services.sh), installs Debian's Chromium for the dashboard's
+# Kafka and Redis (scripts/services.sh), installs the real MinIO and Label Studio once
+# outside the repository (scripts/tools.sh), installs Debian's Chromium for the dashboard's
 # browser test, checks layers and types against the built wheel (scripts/check.sh; only
 # without arguments), and runs the whole test suite. Extra arguments go to pytest
 # (e.g. scripts/test.sh tests/unit -x).
@@ -14,6 +15,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
 scripts/services.sh start
+scripts/tools.sh install  # MinIO and Label Studio, built once into ~/.cache/cascade for the source tests
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   echo "test.sh: installing Debian's chromium and chromium-driver for the dashboard's browser test"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null

@@ -1,8 +1,8 @@
-"""The platform in one process tree: gateway, dispatcher, function runtime, watched folder, dashboard.
+"""The platform in one process tree: gateway, dispatcher, function runtime, sources, dashboard.
 
 ``cascade up`` builds it from settings. The gateway, the runtime's activator (functions and
 the inference gateway) and the dashboard are uvicorn servers in threads of their own; the
-dispatcher and the folder source are threads; function instances are processes forked from
+dispatcher, the folder source and the labelling reconciler are threads; function instances are processes forked from
 per-function templates. Ctrl-C (or SIGTERM) stops the gateway and the folder source from
 accepting, lets requests in flight finish, stops the dispatcher (unacknowledged events are
 redelivered next time) and drains the instances.
@@ -26,6 +26,7 @@ from cascade.events.dispatcher import Dispatcher
 from cascade.events.gateway import create_app
 from cascade.events.health import Health
 from cascade.events.sources.folder import FolderSource
+from cascade.events.sources.labelling import Reconciler
 from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
 from cascade.functions.spec import FunctionSpec, discover
@@ -49,6 +50,7 @@ class Platform:
     dispatcher: Dispatcher | None = None
     watcher: JobWatcher | None = None
     folder: FolderSource | None = None
+    labelling: Reconciler | None = None
     dashboard: Dashboard | None = None
 
     @classmethod
@@ -86,9 +88,12 @@ class Platform:
                          queue_timeout=cfg.functions.queue_timeout_seconds, defaults=cfg.functions.annotations)
             self._serve(wiring.guarded(cfg, rt, cfg.functions.host), cfg.functions.host, cfg.functions.port, "runtime")
         if gateway:
+            self.labelling = Reconciler(self.state, self.bus, cfg.bus.topic, interval=cfg.sources.reconcile_seconds)
             app = create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic, platform_token=self.platform_token,
-                             check_job=JobPolicy.from_settings(cfg).check, hosts=cfg.allowed_hosts(cfg.gateway.host))
+                             check_job=JobPolicy.from_settings(cfg).check, hosts=cfg.allowed_hosts(cfg.gateway.host),
+                             poke=self.labelling.poke, public_url=cfg.sources.public_url)
             self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway")
+            self.labelling.start()
             if cfg.sources.folder_enabled:
                 self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,
                                            settle=cfg.sources.settle_seconds)
@@ -137,6 +142,8 @@ class Platform:
         if self.folder is not None:
             self.folder.stop()
         self._halt(("gateway",))
+        if self.labelling is not None:
+            self.labelling.stop()
         if self.watcher is not None:
             self.watcher.stop()
         if self.dispatcher is not None:

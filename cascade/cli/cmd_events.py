@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from cascade.core.settings import Settings
 
 from cascade.app import wiring
-from cascade.cli.common import TriggersOption, app, console, fail, load_data, settings
+from cascade.cli.common import TriggersOption, app, console, fail, gateway_call, load_data, settings
 from cascade.core.errors import CascadeError
 
 events_app = typer.Typer(help="Look at the events on the bus.", no_args_is_help=True)
@@ -136,6 +136,80 @@ def sources_s3_kafka(
         source.run()
     except KeyboardInterrupt:
         source.stop()
+
+
+label_studio_app = typer.Typer(help="Label Studio projects that feed datasets.", no_args_is_help=True)
+cvat_app = typer.Typer(help="CVAT projects or tasks that feed datasets.", no_args_is_help=True)
+sources_app.add_typer(label_studio_app, name="label-studio")
+sources_app.add_typer(cvat_app, name="cvat")
+TokenOption = Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token (names the project).")]
+
+
+def _secret(env: str, file: Optional[Path], prompt: str) -> str:
+    """A secret from a file, the environment, or a hidden prompt: never from the command line."""
+    if file is not None:
+        try:
+            return file.read_text().strip()
+        except OSError as exc:
+            fail(f"cannot read {file}: {exc.strerror}")
+    return os.environ.get(env) or str(typer.prompt(prompt, hide_input=True))
+
+
+def _connected(record: dict[str, Any]) -> None:
+    typer.echo(f"connected {record['id']}: {record['tool']} {record['url']} project {record.get('task') or record['remote']}"
+               f" -> dataset {record['dataset']} of project {record['project']} (webhook {record.get('webhook')})")
+
+
+@label_studio_app.command("connect")
+def label_studio_connect(
+    url: Annotated[str, typer.Option(help="Label Studio's URL, e.g. http://localhost:8080.")],
+    project_id: Annotated[int, typer.Option(help="The Label Studio project's id (in its URL: /projects/N).")],
+    dataset: Annotated[str, typer.Option(help="The Cascade dataset the labels are for (training policies key on it).")],
+    api_key_file: Annotated[Optional[Path], typer.Option(help="File holding Label Studio's access token; default: "
+                                                         "$LABEL_STUDIO_API_KEY, else a hidden prompt.")] = None,
+    token: TokenOption = None,
+) -> None:
+    """Feed DATASET from a Label Studio project: registers Cascade's webhook in Label Studio."""
+    key = _secret("LABEL_STUDIO_API_KEY", api_key_file, "Label Studio access token")
+    _connected(gateway_call("POST", "/v1/sources/label-studio", token,
+                            json={"url": url, "apiKey": key, "projectId": project_id, "dataset": dataset}))
+
+
+@cvat_app.command("connect")
+def cvat_connect(
+    url: Annotated[str, typer.Option(help="CVAT's URL, e.g. http://localhost:8080.")],
+    username: Annotated[str, typer.Option(help="A CVAT user that sees the project and may add its webhooks.")],
+    dataset: Annotated[str, typer.Option(help="The Cascade dataset the labels are for (training policies key on it).")],
+    project_id: Annotated[Optional[int], typer.Option(help="The CVAT project's id.")] = None,
+    task_id: Annotated[Optional[int], typer.Option(help="Or one CVAT task's id (its project gets the webhook).")] = None,
+    password_file: Annotated[Optional[Path], typer.Option(help="File holding the user's password; default: "
+                                                          "$CVAT_PASSWORD, else a hidden prompt.")] = None,
+    token: TokenOption = None,
+) -> None:
+    """Feed DATASET from a CVAT project or task: registers a webhook with its own signing secret in CVAT."""
+    password = _secret("CVAT_PASSWORD", password_file, "CVAT password")
+    _connected(gateway_call("POST", "/v1/sources/cvat", token,
+                            json={"url": url, "username": username, "password": password, "projectId": project_id,
+                                  "taskId": task_id, "dataset": dataset}))
+
+
+@sources_app.command("ls")
+def sources_ls(token: TokenOption = None) -> None:
+    """The connected labelling tools: which tool project feeds which dataset, and its last completion."""
+    from rich.table import Table
+
+    table = Table("id", "tool", "url", "tool project", "dataset", "project", "last completion", "error")
+    for r in gateway_call("GET", "/v1/sources", token):
+        table.add_row(r["id"], r["tool"], r["url"], str(r.get("task") or r["remote"]), r["dataset"], r["project"],
+                      r.get("completed") or "-", r.get("error") or "")
+    console().print(table)
+
+
+@sources_app.command("disconnect")
+def sources_disconnect(conn_id: str, token: TokenOption = None) -> None:
+    """Remove a connection: its webhook in the tool, its token, its record."""
+    reply = gateway_call("DELETE", f"/v1/sources/{conn_id}", token)
+    typer.echo(f"disconnected {reply['id']}: {reply['note']}")
 
 
 def _triggers(cfg: Settings, paths: list[Path] | None) -> list[Any]:

@@ -11,29 +11,11 @@ if TYPE_CHECKING:
     from cascade.core.settings import Settings
 
 from cascade.app import wiring
-from cascade.cli.common import app, console, fail, load_data, settings
+from cascade.cli.common import app, console, fail, gateway_call, load_data, settings
 from cascade.core.errors import CascadeError
 
 jobs_app = typer.Typer(help="Training jobs: submit, follow, cancel.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
-
-
-def _gateway_call(method: str, path: str, token: str | None, **kwargs: Any) -> Any:
-    import httpx
-
-    cfg = settings()
-    token = token or wiring.saved_token(cfg)
-    if not token:
-        fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
-    url = f"http://{cfg.gateway.host}:{cfg.gateway.port}{path}"
-    try:
-        reply = httpx.request(method, url, headers={"authorization": f"Bearer {token}"}, timeout=30, **kwargs)
-    except httpx.HTTPError as exc:
-        fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
-        raise
-    if reply.status_code >= 400:
-        fail(f"{reply.status_code}: {reply.text}")
-    return reply.json()
 
 
 @jobs_app.command("submit")
@@ -44,7 +26,7 @@ def jobs_submit(
     token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token.")] = None,
 ) -> None:
     """Submit a job through the gateway (it becomes a job.submitted event)."""
-    reply = _gateway_call("POST", "/v1/jobs", token, json={"kind": kind, "spec": load_data(spec)})
+    reply = gateway_call("POST", "/v1/jobs", token, json={"kind": kind, "spec": load_data(spec)})
     typer.echo(f"submitted {reply['jobId']}")
     if wait:
         _follow(reply["jobId"], token)
@@ -58,7 +40,7 @@ def _follow(job_id: str, token: str | None) -> None:
     last = None
     with Live(console=console(), refresh_per_second=4) as live:
         while True:
-            job = _gateway_call("GET", f"/v1/jobs/{job_id}", token)
+            job = gateway_call("GET", f"/v1/jobs/{job_id}", token)
             status = job.get("status")
             if status != last:
                 live.console.print(f"{job_id}: {status}" + (f" ({job['reason']})" if job.get("reason") else ""))
@@ -81,7 +63,7 @@ def jobs_ls(
     from rich.table import Table
 
     table = Table("job", "kind", "framework", "status", "submitted", "metrics")
-    for job in _gateway_call("GET", "/v1/jobs" + (f"?status={status}" if status else ""), token):
+    for job in gateway_call("GET", "/v1/jobs" + (f"?status={status}" if status else ""), token):
         table.add_row(job["id"], job.get("kind", ""), str((job.get("spec") or {}).get("framework", "")), job["status"],
                       job.get("submitted", "")[:19], json.dumps(job.get("metrics", {}))[:60])
     console().print(table)
@@ -116,14 +98,24 @@ def jobs_cancel(job_id: str) -> None:
 def jobs_policy(
     dataset: str,
     spec: Annotated[str, typer.Option(help="Training spec to run when DATASET's labels are completed (JSON or @file).")],
-    project: Annotated[str, typer.Option(help="Project of the jobs.")] = "default",
+    project: Annotated[Optional[str], typer.Option(help="Project of the dataset and the jobs; default: the token's "
+                                                   "project.")] = None,
+    token: Annotated[Optional[str], typer.Option(envvar="CASCADE_TOKEN", help="API token (names the project).")] = None,
 ) -> None:
-    """Attach a training policy to a dataset: labels.completed for it submits a job."""
+    """Attach a training policy to a project's dataset: labels.completed for it submits a job."""
+    from cascade.events.identity import Projects
     from cascade.functions.training.launcher import set_policy
 
     cfg = settings()
+    store = wiring.store(cfg)
+    token = token or wiring.saved_token(cfg)
+    identity = Projects(store).lookup(token) if token else None
+    if project is None:
+        project = identity.project if identity and identity.project else "default"
+    elif identity is not None and identity.project not in (None, project) and token != wiring.saved_token(cfg):
+        fail(f"this token belongs to project {identity.project!r}, not {project!r}")
     try:
-        set_policy(wiring.store(cfg), dataset, load_data(spec), project)
+        set_policy(store, dataset, load_data(spec), project)
     except CascadeError as exc:
         fail(str(exc))
-    typer.echo(f"labels.completed for {dataset} now trains that spec")
+    typer.echo(f"labels.completed for {dataset} in project {project} now trains that spec")

@@ -55,3 +55,24 @@ def load_data(data: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         fail(f"--data is not JSON ({exc}); pass a JSON object or @file.json")
+
+
+def gateway_call(method: str, path: str, token: str | None, **kwargs: Any) -> Any:
+    """Call the running gateway with ``token`` (default: the saved one); exits with its message on an error."""
+    import httpx
+
+    from cascade.app import wiring
+
+    cfg = settings()
+    token = token or wiring.saved_token(cfg)
+    if not token:
+        fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
+    url = f"http://{cfg.gateway.host}:{cfg.gateway.port}{path}"
+    try:
+        reply = httpx.request(method, url, headers={"authorization": f"Bearer {token}"}, timeout=60, **kwargs)
+    except httpx.HTTPError as exc:
+        fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
+        raise
+    if reply.status_code >= 400:
+        fail(f"{reply.status_code}: {reply.text}")
+    return reply.json()

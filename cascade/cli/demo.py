@@ -135,7 +135,8 @@ def _story(cfg: Settings, w: Watcher, tl: Timeline, token: str, name: str, run_i
     w.wait("dataset.uploaded", ours, 60, lambda d: f"{d['key']} ({d['size']} bytes) via the watched folder")
     _post(f"{gateway}/webhooks/label-studio?dataset={name}", token,
           {"action": "ANNOTATION_CREATED", "annotation": {"id": 1, "updated_at": run_id},
-           "project": {"id": run_id, "title": name, "task_number": 256, "num_tasks_with_annotations": 256}})
+           "project": {"id": run_id, "title": name, "task_number": 256, "num_tasks_with_annotations": 256,
+                       "finished_task_number": 256}})
     tl.mark("label studio webhook sent", "256/256 tasks annotated")
     w.wait("labels.completed", ours, 60, lambda d: f"label studio project {d['project']}")
     submitted = w.wait("job.submitted", ours, 120, lambda d: f"{d['jobId']} (the dataset's training policy)")

@@ -34,6 +34,10 @@ class StoreUnavailable(RetryableError):
     """The state store did not answer."""
 
 
+class SourceUnavailable(RetryableError):
+    """A connected tool (Label Studio, CVAT) did not answer, or answered with a server error."""
+
+
 class InvalidInput(PermanentError, ValueError):
     """Input that breaks a contract; ``field`` is a JSON pointer to the failing part."""
 

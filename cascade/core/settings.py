@@ -30,8 +30,9 @@ class GatewaySettings(BaseModel):
     """Token bucket size: how many events a project may send at once."""
     cvat_secret: str = ""
     """Shared secret CVAT signs webhook bodies with (X-Signature-256); empty disables /webhooks/cvat."""
-    dedup_ttl_seconds: float = 86400.0
-    """How long a webhook delivery id is remembered, so a retried delivery is not published twice."""
+    dedup_capacity: int = 100_000
+    """Webhook deliveries remembered per project (a ring: the oldest is forgotten only after this many newer
+    ones), so a retried delivery is not published twice however late it comes."""
 
 
 class BusSettings(BaseModel):
@@ -122,6 +123,12 @@ class SourceSettings(BaseModel):
     """Whether ``cascade up`` watches the folder at all."""
     settle_seconds: float = 1.0
     """How long a file's size and mtime must stay unchanged before it is announced."""
+    reconcile_seconds: float = 60.0
+    """How often each connected labelling tool is asked for its completion, so a webhook it never sent (Label
+    Studio does not retry) still completes."""
+    public_url: str = ""
+    """The gateway's URL as labelling tools reach it, for the webhooks ``cascade sources ... connect`` registers;
+    empty: http://<gateway host>:<gateway port>."""
 
 
 class DashboardSettings(BaseModel):

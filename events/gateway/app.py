@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from cascade.core.errors import CascadeError, InvalidInput, RetryableError
+from cascade.core.errors import CascadeError, InvalidInput, NotFound, RetryableError
 from cascade.core.httpguard import LOCAL_HOSTS, HTTPGuard
 from cascade.core.jsonlimits import loads
 from cascade.core.settings import GatewaySettings
@@ -38,6 +38,8 @@ from cascade.events.gateway.metrics import GatewayMetrics
 from cascade.events.gateway.ratelimit import RateLimiter
 from cascade.events.health import Health
 from cascade.events.identity import Authenticator, Identity, Projects, may_publish
+from cascade.events.sources import labelling
+from cascade.events.sources.connections import Connections, public
 from cascade.stores import StateStore
 
 JobCheck = Callable[[str, dict[str, Any]], None]
@@ -62,15 +64,17 @@ class Gateway:
     """What the routes share: bus, store, limits, metrics."""
 
     def __init__(self, bus: EventBus, store: StateStore, settings: GatewaySettings, topic: str,
-                 platform_token: str = "", check_job: JobCheck | None = None) -> None:
+                 platform_token: str = "", check_job: JobCheck | None = None,
+                 poke: Callable[[str], None] | None = None) -> None:
         self.bus, self.store, self.settings, self.topic = bus, store, settings, topic
+        self.connections, self.poke = Connections(store), poke or (lambda _id: None)
         self.auth = Authenticator(Projects(store), platform_token)
         self.check_job = check_job
         self.committer = GroupCommitter(bus)
         self.limiter = RateLimiter(settings.rate_per_second, settings.burst)
         self.metrics = GatewayMetrics()
         self.jobs = Jobs(store)
-        self.deliveries = DeliveryLog(store, settings.dedup_ttl_seconds)
+        self.deliveries = DeliveryLog(store, settings.dedup_capacity)
 
     async def body(self, request: Request) -> bytes:
         """The request body; the HTTP guard has already held it to ``max_body_bytes`` while it streamed."""
@@ -103,14 +107,17 @@ class Gateway:
 
 def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | None = None,
                topic: str = "cascade.events", *, platform_token: str = "", check_job: JobCheck | None = None,
-               hosts: Sequence[str] = LOCAL_HOSTS) -> FastAPI:
+               hosts: Sequence[str] = LOCAL_HOSTS, poke: Callable[[str], None] | None = None,
+               public_url: str = "") -> FastAPI:
     """The gateway application over a bus and a state store, behind the HTTP guard.
 
     ``platform_token`` is the credential the platform's own parts publish with; ``check_job``
     (the training backend's job policy) refuses a submission it could never run; ``hosts`` are
-    the names the ``Host`` header may carry.
+    the names the ``Host`` header may carry; ``poke`` tells the labelling reconciler a connected
+    tool sent a webhook; ``public_url`` is where the tools reach this gateway.
     """
-    gw = Gateway(bus, store, settings or GatewaySettings(), topic, platform_token, check_job)
+    gw = Gateway(bus, store, settings or GatewaySettings(), topic, platform_token, check_job, poke)
+    public_url = public_url or f"http://{gw.settings.host}:{gw.settings.port}"
     app = FastAPI(title="Cascade event gateway", version="1",
                   description="CloudEvents, storage notifications, labelling webhooks and job submissions "
                               "in; validated CloudEvents on the bus out.")
@@ -162,20 +169,65 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
 
     @app.post("/webhooks/label-studio", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))
-    async def label_studio(request: Request, dataset: str | None = None) -> dict[str, Any]:
-        """Label Studio webhook; configure it with header ``Authorization: Bearer <token>``."""
-        project = await gw.project(request, "publish")
-        events = webhooks.label_studio_events(gw.json(await gw.body(request)), project, dataset)
-        return await gw.publish("/webhooks/label-studio", project, events, dedup=True)
+    async def label_studio(request: Request, dataset: str | None = None, connection: str | None = None) -> dict[str, Any]:
+        """Label Studio webhook, header ``Authorization: Bearer <token>``. ``cascade sources label-studio connect``
+        registers it with ``?connection=``; wired by hand, ``?dataset=`` names the dataset the labels are for."""
+        identity = await gw.identity(request, "publish")
+        project = identity.project or request.query_params.get("project", "default")
+        if connection is not None:
+            record = await run_in_threadpool(gw.connections.get, connection, project)
+            dataset = str(record.get("dataset") or "") or None
+        events = webhooks.label_studio_events(gw.json(await gw.body(request)), project, dataset, connection)
+        reply = await gw.publish("/webhooks/label-studio", project, events, dedup=True)
+        if connection is not None:
+            gw.poke(connection)
+        return reply
 
     @app.post("/webhooks/cvat", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))
-    async def cvat(request: Request, project: str = "default") -> dict[str, Any]:
-        """CVAT webhook, signed with ``X-Signature-256``; ``?project=`` names the Cascade project."""
+    async def cvat(request: Request, connection: str | None = None, project: str = "default") -> dict[str, Any]:
+        """CVAT webhook, signed with ``X-Signature-256``: with ``?connection=`` by that connection's own secret
+        (``cascade sources cvat connect``), else by the platform's ``cvat_secret``, for project ``default`` only."""
         body = await gw.body(request)
-        webhooks.verify_cvat_signature(gw.settings.cvat_secret, body, request.headers.get("x-signature-256"))
+        signature = request.headers.get("x-signature-256")
+        if connection is not None:
+            record = await run_in_threadpool(gw.connections.get, connection)
+            webhooks.verify_cvat_signature(str(record.get("secret") or ""), body, signature)
+            gw.json(body)
+            gw.poke(connection)  # completion is read from CVAT's jobs, never trusted from a body
+            return {"accepted": 0, "duplicates": 0, "ids": [], "reconciling": connection}
+        webhooks.verify_cvat_signature(gw.settings.cvat_secret, body, signature)
+        if project != "default":
+            raise Forbidden("the platform's CVAT secret signs for project 'default' only; give another project its "
+                            "own secret with: cascade sources cvat connect", field="project")
         events = webhooks.cvat_events(gw.json(body), project)
         return await gw.publish("/webhooks/cvat", project, events, dedup=True)
+
+    @app.post("/v1/sources/{tool}", status_code=201, tags=["sources"], openapi_extra=_body_doc("application/json"))
+    async def connect_source(tool: str, request: Request) -> dict[str, Any]:
+        """Connect a Label Studio (``url, apiKey, projectId, dataset``) or CVAT (``url, username, password,
+        projectId | taskId, dataset``) project to a dataset: the webhook is registered in the tool."""
+        if tool not in ("label-studio", "cvat"):
+            raise NotFound(f"no source kind {tool!r}: label-studio or cvat")
+        project = await gw.project(request, "publish")
+        body = gw.json(await gw.body(request))
+        record = await run_in_threadpool(labelling.connect, gw.connections, tool, project, body, public_url)
+        gw.poke(str(record["id"]))
+        return public(record)
+
+    @app.get("/v1/sources", tags=["sources"])
+    async def list_sources(request: Request) -> list[dict[str, Any]]:
+        """The project's connected labelling tools (never their credentials)."""
+        identity = await gw.identity(request, "read")
+        records = await run_in_threadpool(gw.connections.list, identity.project)
+        return [public(r) for r in records]
+
+    @app.delete("/v1/sources/{conn_id}", tags=["sources"])
+    async def disconnect_source(conn_id: str, request: Request) -> dict[str, Any]:
+        """Remove the tool's webhook, revoke its token and forget the connection."""
+        identity = await gw.identity(request, "publish")
+        record = await run_in_threadpool(gw.connections.get, conn_id, identity.project)
+        return await run_in_threadpool(labelling.disconnect, gw.connections, record)
 
     @app.post("/v1/jobs", status_code=202, responses=ACCEPTED, tags=["jobs"],
               openapi_extra=_body_doc("application/json"))

@@ -1,7 +1,8 @@
 """A watched folder as an event source: one ``dataset.uploaded`` per completed file.
 
 A file counts as complete when its size and modification time have not changed for
-``settle`` seconds (copies and downloads in progress are not announced half-written).
+``settle`` seconds and no process has it open for writing (Linux read leases tell, without
+reading /proc; a writer that pauses longer than ``settle`` is still waited for).
 Each announced file is remembered in the state store by path, size, mtime and sha256, so
 a restart announces only files that are new or changed since, including those that arrived
 while the watcher was down. Layout: ``ROOT/<dataset>/<files...>``; files directly under
@@ -13,6 +14,8 @@ is logged and retried on the next change; the watcher thread does not end.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -31,6 +34,28 @@ from cascade.stores import StateStore
 
 PARTIAL = (".tmp", ".part", ".partial", ".crdownload", ".swp", "~")
 log = logging.getLogger("cascade.sources.folder")
+_F_SETLEASE, _F_RDLCK, _F_UNLCK = 1024, 0, 2  # fcntl(2) on Linux; Python's fcntl module does not name them
+
+
+def open_for_writing(path: Path) -> bool:
+    """Whether some process holds ``path`` open for writing (a read lease is refused then).
+
+    Where leases are not available (another owner's file without CAP_LEASE, a file system
+    without them, not Linux) this answers False and the settle time alone decides.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, _F_SETLEASE, _F_RDLCK)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    else:
+        fcntl.fcntl(fd, _F_SETLEASE, _F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
 
 
 class FolderSource:
@@ -48,8 +73,8 @@ class FolderSource:
         rel = path.relative_to(self.root)
         if any(p.startswith(".") for p in rel.parts) or path.name.endswith(PARTIAL):
             return False
-        if path.is_symlink() or not path.is_file():
-            return False
+        if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(self.root):
+            return False  # a link, or a file reached through a linked folder: it lives outside the inbox
         try:
             os.fsencode(path).decode("utf-8")
         except UnicodeDecodeError:
@@ -87,6 +112,8 @@ class FolderSource:
                     continue  # changed just now: wait until it settles
             elif now - previous[2] < self.settle:
                 continue
+            if open_for_writing(path):
+                continue  # a writer that paused: announced once it closes the file
             stamp = json.dumps([st.st_size, st.st_mtime_ns]).encode()
             recorded = self.store.get(self._key(path))
             if recorded is not None and recorded.startswith(stamp):

@@ -23,11 +23,11 @@ DEAD_LETTERS = "cascade.deadletter"
 
 class S3KafkaSource:
     def __init__(self, bus: EventBus, store: StateStore, *, notifications: str, topic: str = "cascade.events",
-                 project: str = "default", group: str = "cascade-s3-source", dedup_ttl: float = 86400.0,
+                 project: str = "default", group: str = "cascade-s3-source", dedup_capacity: int = 100_000,
                  dead_letters: str = DEAD_LETTERS) -> None:
         self.bus, self.store, self.notifications, self.topic = bus, store, notifications, topic
         self.project, self.group, self.dead_letters = project, group, dead_letters
-        self.deliveries = DeliveryLog(store, dedup_ttl)
+        self.deliveries = DeliveryLog(store, dedup_capacity)
         self._stop = threading.Event()
 
     def run(self, *, start: str = "earliest") -> None:

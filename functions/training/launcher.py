@@ -98,18 +98,24 @@ class TrainingLauncher:
 
     def on_labels(self, event: CloudEvent) -> CloudEvent | None:
         dataset = (event.get_data() or {}).get("dataset")
-        policy = self.store.get_record("training-policy", str(dataset)) if dataset else None
+        project = str(event.get("project") or "default")
+        policy = self.store.get_record("training-policy", policy_id(project, str(dataset))) if dataset else None
         if policy is None:
             return None
-        job_id = "job-" + hashlib.sha256(f"{event['source']}\x00{event['id']}".encode()).hexdigest()[:16]
+        job_id = "job-" + hashlib.sha256(f"{project}\x00{event['source']}\x00{event['id']}".encode()).hexdigest()[:16]
         spec = {**policy["spec"], "dataset": dataset}
-        project = str(event.get("project") or policy.get("project") or "default")
         records.update(self.store, job_id, "submitted", spec=spec, project=project, trigger=str(event["id"]))
         return follow_up(event, "job.submitted", {"jobId": job_id, "project": project, "spec": spec}, source=SOURCE,
                          partitionkey=job_id, subject=job_id, id=f"submit-{job_id}")
 
 
+def policy_id(project: str, dataset: str) -> str:
+    """Policies are per project: two projects' datasets of the same name never share one."""
+    return f"{project}/{dataset}"
+
+
 def set_policy(store: StateStore, dataset: str, spec: dict[str, Any], project: str = "default") -> None:
-    """Train ``spec`` whenever labels for ``dataset`` are completed."""
+    """Train ``spec`` whenever ``project``'s labels for ``dataset`` are completed."""
     TrainingJob.from_spec("policy-check", project, {**spec, "dataset": dataset})
-    store.put_record("training-policy", dataset, {"dataset": dataset, "project": project, "spec": spec})
+    store.put_record("training-policy", policy_id(project, dataset), {"dataset": dataset, "project": project,
+                                                                       "spec": spec}, index=("project",))

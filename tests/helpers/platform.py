@@ -22,6 +22,7 @@ FAST = {"CASCADE_FUNCTIONS__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2
         "CASCADE_FUNCTIONS__SCALE_TO_ZERO_GRACE_SECONDS": "2",
         "CASCADE_SERVING__ANNOTATIONS": '{"autoscaling.knative.dev/window": "2s"}',
         "CASCADE_SERVING__SCALE_TO_ZERO_GRACE_SECONDS": "2"}
+PORTS = {"gateway": "CASCADE_GATEWAY__PORT", "runtime": "CASCADE_FUNCTIONS__PORT", "dashboard": "CASCADE_DASHBOARD__PORT"}
 
 
 @dataclass
@@ -85,10 +86,9 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
     ``wait_for``: which servers must answer first (a user who saw the gateway ready may send at once).
     """
     command = [python, "-m", "cascade.cli"]
-    ports = {name: free_port() for name in ("gateway", "runtime", "dashboard")}
-    full = {**os.environ, **(FAST if fast else {}), "CASCADE_HOME": str(home), "CASCADE_GATEWAY__PORT": str(ports["gateway"]),
-            "CASCADE_FUNCTIONS__PORT": str(ports["runtime"]), "CASCADE_DASHBOARD__PORT": str(ports["dashboard"]),
-            "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6", "PYTHONUNBUFFERED": "1", **env}
+    ports = {name: int(env.pop(key, 0)) or free_port() for name, key in PORTS.items()}  # a restart keeps its ports
+    full = {**os.environ, **(FAST if fast else {}), "CASCADE_HOME": str(home),
+            **{key: str(ports[name]) for name, key in PORTS.items()}, "CASCADE_DISPATCHER__METRICS_PORT": "0", "CASCADE_BUS__SESSION_TIMEOUT": "6", "PYTHONUNBUFFERED": "1", **env}
     log = home / "up.log"
     home.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:

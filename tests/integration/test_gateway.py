@@ -103,23 +103,37 @@ def s3_record(source: str, name: str, key: str, seq: str) -> dict[str, Any]:
                               "versionId": "v1", "sequencer": seq}}}
 
 
-def test_s3_notifications_become_one_event_per_created_object_and_retries_do_not_double(env: Env) -> None:
+def test_s3_notifications_become_one_event_per_created_or_removed_object_and_retries_do_not_double(env: Env) -> None:
     payload = {"Records": [s3_record("aws:s3", "ObjectCreated:Put", "train/my+photo%281%29.jpg", "0A1"),
                            s3_record("aws:s3", "ObjectRemoved:Delete", "train/old.jpg", "0A2"),
-                           s3_record("aws:s3", "ObjectCreated:CompleteMultipartUpload", "train/b.jpg", "0A3")]}
+                           s3_record("aws:s3", "ObjectCreated:CompleteMultipartUpload", "train/b.jpg", "0A3"),
+                           s3_record("minio:s3", "s3:ObjectCreated:PutTagging", "train/b.jpg", "0A4"),
+                           s3_record("aws:s3", "ObjectAcl:Put", "train/b.jpg", "0A5"),
+                           s3_record("minio:s3", "s3:ObjectCreated:PutRetention", "train/b.jpg", "0A6")]}
     reply = env.client.post("/webhooks/s3", json=payload, headers=env.auth())
     assert reply.status_code == 202
-    assert (reply.json()["accepted"], reply.json()["ignored"]) == (2, 1)
+    assert (reply.json()["accepted"], reply.json()["ignored"]) == (3, 3), "tags, ACLs and retention are not data"
     again = env.client.post("/webhooks/s3", json=payload, headers=env.auth())
-    assert (again.json()["accepted"], again.json()["duplicates"]) == (0, 2)
-    events = env.landed(2)
-    assert env.total() == 2, "the retried delivery published nothing"
+    assert (again.json()["accepted"], again.json()["duplicates"]) == (0, 3)
+    events = env.landed(3)
+    assert env.total() == 3, "the retried delivery published nothing"
     first = next(e for e in events if e["subject"].startswith("train/my"))
     assert first.get_data()["key"] == "train/my photo(1).jpg"
     assert first.get_data() | {} == {"dataset": "cats", "uri": "s3://cats/train/my photo(1).jpg", "bucket": "cats",
                                      "key": "train/my photo(1).jpg", "size": 1024, "origin": "aws-s3",
                                      "etag": "d41d8cd98f00b204e9800998ecf8427e", "versionId": "v1"}
     assert first["partitionkey"] == "cats" and first["type"] == "io.cascade.dataset.uploaded.v1"
+    [removed] = [e for e in events if e["type"] == "io.cascade.dataset.removed.v1"]
+    assert removed.get_data() == {"dataset": "cats", "uri": "s3://cats/train/old.jpg", "bucket": "cats",
+                                  "key": "train/old.jpg", "versionId": "v1", "reason": "ObjectRemoved:Delete",
+                                  "origin": "aws-s3"}
+
+
+def test_the_same_notification_in_two_projects_is_two_deliveries(env: Env) -> None:
+    payload = {"Records": [s3_record("minio:s3", "s3:ObjectCreated:Put", "a.jpg", "17A")]}
+    assert env.client.post("/webhooks/s3", json=payload, headers=env.auth()).json()["accepted"] == 1
+    assert env.client.post("/webhooks/s3", json=payload, headers=env.auth(env.beta)).json()["accepted"] == 1
+    assert sorted(e["project"] for e in env.landed(2)) == ["alpha", "beta"]
 
 
 def test_minio_notification(env: Env) -> None:
@@ -131,11 +145,13 @@ def test_minio_notification(env: Env) -> None:
 
 
 # -- labelling tools ---------------------------------------------------------------------------------
-def ls_payload(action: str, done: int, total: int = 10, annotation_id: int = 1) -> dict[str, Any]:
+def ls_payload(action: str, done: int, total: int = 10, annotation_id: int = 1, *, finished: int | None = None,
+               at: str = "2026-11-30T10:00:00Z", created: str = "2026-11-01T08:00:00Z") -> dict[str, Any]:
     return {"action": action,
-            "annotation": {"id": annotation_id, "task": 5, "project": 17, "result": [], "updated_at": "2026-11-30T10:00:00Z"},
-            "task": {"id": 5, "project": 17, "data": {"image": "s3://cats/1.jpg"}},
-            "project": {"id": 17, "title": "Cats", "task_number": total, "num_tasks_with_annotations": done}}
+            "annotation": {"id": annotation_id, "task": 5, "project": 17, "result": [], "updated_at": at},
+            "task": {"id": 5, "project": 17, "data": {"image": "s3://cats/1.jpg"}, "updated_at": at},
+            "project": {"id": 17, "title": "Cats", "task_number": total, "num_tasks_with_annotations": done,
+                        "finished_task_number": done if finished is None else finished, "created_at": created}}
 
 
 def test_label_studio_progress_then_completion(env: Env) -> None:
@@ -150,6 +166,32 @@ def test_label_studio_progress_then_completion(env: Env) -> None:
     replay = env.client.post("/webhooks/label-studio?dataset=cats", json=ls_payload("ANNOTATION_UPDATED", 10, annotation_id=2),
                              headers=env.auth())
     assert replay.json()["duplicates"] == 1, "completion is announced once"
+    edited = env.client.post("/webhooks/label-studio?dataset=cats", json={**ls_payload("PROJECT_UPDATED", 10),
+                                                                          "annotation": None, "task": None},
+                             headers=env.auth())
+    assert edited.json()["accepted"] == 0, "editing the project is not new labels"
+    relabelled = env.client.post("/webhooks/label-studio?dataset=cats",
+                                 json=ls_payload("ANNOTATION_UPDATED", 10, annotation_id=2, at="2026-11-30T11:00:00Z"),
+                                 headers=env.auth())
+    assert relabelled.json()["accepted"] == 2, "a later annotation change is a new completion"
+    done = [e for e in env.landed(6) if e["type"] == "io.cascade.labels.completed.v1"]
+    assert [e.get_data()["labelledAt"] for e in done] == ["2026-11-30T10:00:00Z", "2026-11-30T11:00:00Z"]
+
+
+def test_label_studio_completion_follows_finished_tasks_and_installs_do_not_collide(env: Env) -> None:
+    overlap = ls_payload("ANNOTATION_CREATED", 10, finished=0)  # every task has one of its two annotations
+    assert env.client.post("/webhooks/label-studio?dataset=cats", json=overlap, headers=env.auth()).json()["accepted"] == 1
+    bulk = {**ls_payload("ANNOTATIONS_CREATED", 10, annotation_id=3), "annotation": [
+        {"id": 3, "updated_at": "2026-11-30T10:00:00Z"}, {"id": 4, "updated_at": "2026-11-30T10:00:00Z"}]}
+    assert env.client.post("/webhooks/label-studio?dataset=cats", json=bulk, headers=env.auth()).json()["accepted"] == 2
+    later = {**bulk, "annotation": [{"id": 5, "updated_at": "2026-11-30T10:00:00Z"}]}
+    assert env.client.post("/webhooks/label-studio?dataset=cats", json=later, headers=env.auth()).json()["accepted"] == 1, \
+        "a later ANNOTATIONS_CREATED batch is progress, not a duplicate"
+    other_install = ls_payload("ANNOTATION_CREATED", 10, created="2026-10-02T09:00:00Z")  # also project 17
+    assert env.client.post("/webhooks/label-studio?dataset=cats", json=other_install,
+                           headers=env.auth(env.beta)).json()["accepted"] == 2
+    done = [e for e in env.landed(6) if e["type"] == "io.cascade.labels.completed.v1"]
+    assert sorted(e["project"] for e in done) == ["alpha", "beta"]
 
 
 def test_label_studio_needs_a_token(env: Env) -> None:
@@ -175,13 +217,21 @@ def sign(body: bytes, secret: str = SECRET) -> dict[str, str]:
 
 def test_cvat_job_completed(env: Env) -> None:
     body = cvat_body("completed", "in progress")
-    reply = env.client.post("/webhooks/cvat?project=alpha", content=body, headers=sign(body))
+    reply = env.client.post("/webhooks/cvat", content=body, headers=sign(body))
     assert reply.status_code == 202 and reply.json()["accepted"] == 1
     unchanged = cvat_body("completed", None)
     assert env.client.post("/webhooks/cvat", content=unchanged, headers=sign(unchanged)).json()["accepted"] == 0
     [event] = env.landed(1)
     assert event.get_data() == {"project": "2", "tool": "cvat", "job": "42"}
-    assert event["project"] == "alpha"
+    assert event["project"] == "default"
+
+
+def test_the_platform_cvat_secret_signs_for_no_other_project(env: Env) -> None:
+    body = cvat_body("completed", "in progress")
+    reply = env.client.post("/webhooks/cvat?project=alpha", content=body, headers=sign(body))
+    assert reply.status_code == 403 and reply.json()["field"] == "project"
+    assert "cascade sources cvat connect" in reply.json()["message"]
+    assert env.total() == 0
 
 
 def test_cvat_rejects_bad_signatures(env: Env) -> None:

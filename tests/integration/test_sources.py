@@ -91,10 +91,8 @@ def test_s3_notifications_on_kafka(tmp_path: Path, topic: str) -> None:
     thread = threading.Thread(target=source.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while published(bus, topic) < 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)
+        eventually(lambda: bus.committed(notifications, "cascade-s3-source") == bus.end_offsets(notifications), 30,
+                   "every notification record handled and acknowledged")
     finally:
         source.stop()
         thread.join()
@@ -107,5 +105,26 @@ def test_s3_notifications_on_kafka(tmp_path: Path, topic: str) -> None:
     [letter] = drain(dead, 1, timeout=30)
     dead.close()
     assert letter.value == b"not json" and dict(letter.headers)["cascade-reason"].startswith(b"not JSON")
-    assert bus.committed(notifications, "cascade-s3-source") == {p: o for p, o in bus.end_offsets(notifications).items()}
+    bus.close()
+
+
+def test_folder_waits_for_a_writer_that_pauses_and_ignores_folders_linked_from_outside(tmp_path: Path) -> None:
+    from cascade.events.bus.embedded import EmbeddedBus
+
+    root, outside = tmp_path / "inbox", tmp_path / "elsewhere"
+    (root / "cats").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.csv").write_text("not yours")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    bus, store = EmbeddedBus(tmp_path / "bus.db"), SqliteStore(tmp_path / "state.db")
+    source = FolderSource(root, bus, store, settle=0.2)
+    with (root / "cats" / "slow.csv").open("w") as writer:
+        writer.write("x,y\n")
+        writer.flush()
+        holds(lambda: source.scan() == [], 1.0, "a file still open for writing is not announced, however long it pauses")
+        writer.write("1,2\n")
+    announced: list[Any] = []
+    eventually(lambda: bool(announced.extend(source.scan()) or announced), 5, "announced once closed")
+    assert [(e.get_data()["key"], e.get_data()["size"]) for e in announced] == [("cats/slow.csv", 8)]
+    holds(lambda: source.scan() == [], 0.5, "and nothing from the linked folder")
     bus.close()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Installs the real third-party servers the source tests drive, once, into a cache outside the
+# repository (CASCADE_TOOLS_DIR, default ~/.cache/cascade), and reuses them on every later run:
+#   MinIO server, built from the Go module proxy at a pinned version (minutes on 2 cores, once)
+#   Label Studio 1.23.2 in a venv of its own, plus a migrated database with an admin user and a
+#   legacy API token, so each test's Label Studio starts from a copy in seconds
+# Idempotent. A tool that cannot be installed is reported and the run goes on: its tests say why
+# they skip (and fail under CI, where the install is expected to work).
+# Usage: scripts/tools.sh [install|status]
+set -uo pipefail
+tools="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}"
+minio_version="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio, the build these tests were written against
+ls_version="1.23.2"
+ls_token="0123456789abcdef0123456789abcdef01234567"  # the template's admin token: a throwaway install on loopback
+
+install_minio() {
+  local bin="$tools/minio/bin/minio"
+  [ -x "$bin" ] && return 0
+  command -v go >/dev/null || { echo "tools: Go is needed to build MinIO" >&2; return 1; }
+  echo "tools: building MinIO $minio_version from the Go module proxy into $tools/minio (once)"
+  mkdir -p "$tools/minio"
+  GOBIN="$tools/minio/bin" GOFLAGS=-mod=mod go install "github.com/minio/minio@$minio_version" \
+    > "$tools/minio/build.log" 2>&1 || { echo "tools: MinIO build failed, see $tools/minio/build.log" >&2; return 1; }
+}
+
+install_label_studio() {
+  local dir="$tools/label-studio" python=${PYTHON:-python3}
+  if [ ! -x "$dir/venv/bin/label-studio" ]; then
+    echo "tools: installing Label Studio $ls_version into $dir/venv (once)"
+    mkdir -p "$dir"
+    "$python" -m venv "$dir/venv" && "$dir/venv/bin/pip" install -q "label-studio==$ls_version" > "$dir/install.log" 2>&1 \
+      || { echo "tools: Label Studio install failed, see $dir/install.log" >&2; return 1; }
+  fi
+  [ -f "$dir/template/.ready" ] && return 0
+  echo "tools: migrating a Label Studio template database (once)"
+  rm -rf "$dir/template" && mkdir -p "$dir/template"
+  local port pid
+  port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  LABEL_STUDIO_BASE_DATA_DIR="$dir/template" SENTRY_DSN="" LATEST_VERSION_CHECK=false COLLECT_ANALYTICS=false \
+  LABEL_STUDIO_USERNAME=admin@example.com LABEL_STUDIO_PASSWORD=cascade-tests LABEL_STUDIO_USER_TOKEN=$ls_token \
+    "$dir/venv/bin/label-studio" start --no-browser --host 127.0.0.1 --port "$port" --enable-legacy-api-token \
+    > "$dir/template.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    if curl -sf -o /dev/null -H "Authorization: Token $ls_token" "http://127.0.0.1:$port/api/projects/"; then
+      kill "$pid"; wait "$pid" 2>/dev/null
+      touch "$dir/template/.ready"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill "$pid" 2>/dev/null
+  echo "tools: Label Studio did not start, see $dir/template.log" >&2
+  return 1
+}
+
+case "${1:-install}" in
+  install) install_minio; install_label_studio; exit 0 ;;
+  status)
+    [ -x "$tools/minio/bin/minio" ] && echo "minio: $tools/minio/bin/minio" || echo "minio: not installed"
+    [ -f "$tools/label-studio/template/.ready" ] && echo "label-studio: $tools/label-studio" || echo "label-studio: not installed" ;;
+  *) echo "usage: $0 [install|status]" >&2; exit 2 ;;
+esac

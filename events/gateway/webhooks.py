@@ -190,6 +190,6 @@ def cvat_events(payload: Any, project: str) -> list[CloudEvent]:
     job_id = str(_get(job, "/id"))
     owner = str(job.get("project_id") or job.get("task_id") or job_id)
     data = {"project": owner, "tool": "cvat", "job": job_id}
-    ident = _digest(payload.get("webhook_id"), job_id, job.get("updated_date"))
+    ident = _digest(project, payload.get("webhook_id"), job_id, job.get("updated_date"))
     return [new_event("labels.completed", data, source=f"/cascade/gateway/cvat/{payload.get('webhook_id')}",
                       id=f"cvat-{ident}", partitionkey=f"cvat-{owner}", extensions={"project": project})]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -26,6 +27,7 @@ from cloudevents.http import CloudEvent
 from cascade.core.errors import InvalidInput, NotFound
 from cascade.events.bus import EventBus
 from cascade.events.envelope import new_event
+from cascade.events.sources.toolapi import ToolAPI
 from cascade.stores import StateStore
 
 KIND = "source-connection"
@@ -86,6 +88,21 @@ class Connections:
 
     def remove(self, conn_id: str) -> bool:
         return self.store.delete_record(KIND, conn_id)
+
+
+def register_webhook(connections: Connections, api: ToolAPI, record: dict[str, Any], public_url: str,
+                     body: Callable[[str], dict[str, Any]], undo: Callable[[], object] = lambda: None) -> dict[str, Any]:
+    """Register the tool's webhook (``body(url)``, the URL naming this connection) and save the record; if the
+    tool refuses, forget the connection (and ``undo`` what was made for it)."""
+    url = f"{public_url.rstrip('/')}/webhooks/{record['tool']}?connection={record['id']}"
+    try:
+        record["webhook"] = api.add_webhook(body(url))
+    except Exception:
+        undo()
+        connections.remove(str(record["id"]))
+        raise
+    connections.save(record)
+    return record
 
 
 def completed_event(record: dict[str, Any], done: Completion, *, job: str | None = None) -> CloudEvent:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from cascade.core.errors import InvalidInput, SourceUnavailable
-from cascade.events.sources.connections import Completion, Connections
+from cascade.events.sources.connections import Completion, Connections, register_webhook
 from cascade.events.sources.label_studio import dataset_name, positive_id
 from cascade.events.sources.toolapi import ToolAPI, check_url
 
@@ -28,22 +28,16 @@ WEBHOOK_EVENTS = ["update:job", "create:job", "delete:job", "update:task", "dele
 
 
 class CVATAPI(ToolAPI):
-    name = "CVAT"
+    name, credential = "CVAT", "/password"
 
     def __init__(self, url: str, username: str, password: str, *, timeout: float = 10.0) -> None:
         super().__init__(url, {"Accept": "application/json"}, timeout=timeout, auth=httpx.BasicAuth(username, password))
 
-    def _object(self, path: str, what: str) -> dict[str, Any]:
-        found = self.call("GET", path, what=what, credential="/password")
-        if not isinstance(found, dict):
-            raise SourceUnavailable(f"CVAT answered {what} with something that is not an object")
-        return found
-
     def owner_project(self, remote: int, task: int | None) -> tuple[int, str]:
         """The CVAT project the webhook goes on, and the labelled thing's name (checks both exist)."""
         if task is None:
-            return remote, str(self._object(f"/api/projects/{remote}", f"project {remote}").get("name") or "")
-        found = self._object(f"/api/tasks/{task}", f"task {task}")
+            return remote, str(self.object("GET", f"/api/projects/{remote}", f"project {remote}").get("name") or "")
+        found = self.object("GET", f"/api/tasks/{task}", f"task {task}")
         if not isinstance(found.get("project_id"), int):
             raise InvalidInput(f"CVAT task {task} is in no project, and CVAT sends webhooks per project: "
                                "move it into a project, or connect the project", field="/taskId")
@@ -53,8 +47,8 @@ class CVATAPI(ToolAPI):
         path: str | None = f"/api/jobs?{'task_id=' + str(task) if task else 'project_id=' + str(remote)}&page_size=100"
         found: list[dict[str, Any]] = []
         while path:
-            page = self.call("GET", path, what="the jobs", credential="/password")
-            if not isinstance(page, dict) or not isinstance(page.get("results"), list):
+            page = self.object("GET", path, "the jobs")
+            if not isinstance(page.get("results"), list):
                 raise SourceUnavailable("CVAT answered the job list without 'results'")
             found += [j for j in page["results"] if isinstance(j, dict)]
             nxt = page.get("next")
@@ -66,18 +60,6 @@ class CVATAPI(ToolAPI):
         finished = sum(1 for j in jobs if j.get("state") == "completed")
         latest = max((str(j.get("updated_date") or "") for j in jobs), default="")
         return Completion(len(jobs), finished, latest if jobs and finished == len(jobs) else "")
-
-    def add_webhook(self, project_id: int, url: str, secret: str) -> int:
-        hook = self.call("POST", "/api/webhooks", what="a new webhook", credential="/password",
-                         json={"target_url": url, "description": "Cascade", "type": "project", "project_id": project_id,
-                               "content_type": "application/json", "secret": secret, "is_active": True,
-                               "enable_ssl": True, "events": WEBHOOK_EVENTS})
-        if not isinstance(hook, dict) or not isinstance(hook.get("id"), int):
-            raise SourceUnavailable("CVAT answered the new webhook without an id")
-        return int(hook["id"])
-
-    def delete_webhook(self, hook_id: int) -> None:
-        self.call("DELETE", f"/api/webhooks/{hook_id}", what=f"webhook {hook_id}", credential="/password")
 
 
 def api_of(record: dict[str, Any]) -> CVATAPI:
@@ -108,13 +90,9 @@ def connect(connections: Connections, project: str, body: Any, public_url: str) 
         record = connections.add(project, "cvat", {"url": url, "remote": owner, "task": task, "dataset": dataset,
                                                    "title": title[:200], "credential": f"{username}:{password}",
                                                    "secret": secret})
-        hook = f"{public_url.rstrip('/')}/webhooks/cvat?connection={record['id']}"
-        try:
-            record["webhook"] = api.add_webhook(owner, hook, secret)
-        except Exception:
-            connections.remove(str(record["id"]))
-            raise
-        connections.save(record)
-        return record
+        return register_webhook(connections, api, record, public_url, lambda url: {
+            "target_url": url, "description": "Cascade", "type": "project", "project_id": owner,
+            "content_type": "application/json", "secret": secret, "is_active": True, "enable_ssl": True,
+            "events": WEBHOOK_EVENTS})
     finally:
         api.close()

@@ -85,12 +85,12 @@ class FolderSource:
         return True
 
     def _key(self, path: Path) -> str:
-        return f"folder:{self.root}:{path.relative_to(self.root)}"
+        return f"folder:{self.project}:{self.root}:{path.relative_to(self.root)}"
 
     def _event(self, path: Path, size: int, digest: str) -> CloudEvent:
         rel = path.relative_to(self.root)
         dataset = rel.parts[0] if len(rel.parts) > 1 else self.root.name
-        ident = hashlib.sha256(f"{path}\x00{digest}".encode()).hexdigest()[:32]
+        ident = hashlib.sha256(f"{self.project}\x00{path}\x00{digest}".encode()).hexdigest()[:32]
         data = {"dataset": dataset, "uri": path.as_uri(), "key": str(rel), "size": size, "sha256": digest,
                 "origin": "folder"}
         return new_event("dataset.uploaded", data, source=f"/cascade/sources/folder{self.root}", id=f"folder-{ident}",

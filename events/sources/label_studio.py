@@ -20,36 +20,30 @@ from urllib.parse import quote
 
 from cascade.core.errors import InvalidInput, SourceUnavailable
 from cascade.events.identity import Projects
-from cascade.events.sources.connections import Completion, Connections
+from cascade.events.sources.connections import Completion, Connections, register_webhook
 from cascade.events.sources.toolapi import ToolAPI, check_url
 
 _DATASET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class LabelStudioAPI(ToolAPI):
-    name = "Label Studio"
+    name, credential, webhooks = "Label Studio", "/apiKey", "/api/webhooks/"
 
     def __init__(self, url: str, api_key: str, *, timeout: float = 10.0) -> None:
         super().__init__(url, {"Authorization": f"Token {api_key}"}, timeout=timeout)
 
-    def project(self, project_id: int) -> dict[str, Any]:
-        info = self.call("GET", f"/api/projects/{project_id}", what=f"project {project_id}", credential="/apiKey")
-        if not isinstance(info, dict):
-            raise SourceUnavailable(f"Label Studio answered project {project_id} with something that is not an object")
-        return info
-
     def latest_change(self, project_id: int) -> str:
         """``updated_at`` of the project's most recently updated task ("" when it has none)."""
         query = quote(json.dumps({"ordering": ["-tasks:updated_at"]}))
-        page = self.call("GET", f"/api/tasks/?project={project_id}&page_size=1&query={query}",
-                         what=f"the tasks of project {project_id}", credential="/apiKey")
-        tasks = page.get("tasks") if isinstance(page, dict) else None
+        page = self.object("GET", f"/api/tasks/?project={project_id}&page_size=1&query={query}",
+                           f"the tasks of project {project_id}")
+        tasks = page.get("tasks")
         if not isinstance(tasks, list):
             raise SourceUnavailable("Label Studio answered the task list without a 'tasks' list")
         return str(tasks[0].get("updated_at") or "") if tasks and isinstance(tasks[0], dict) else ""
 
     def completion(self, project_id: int) -> Completion:
-        info = self.project(project_id)
+        info = self.object("GET", f"/api/projects/{project_id}", f"project {project_id}")
         total, finished, annotated = (info.get(k) for k in ("task_number", "finished_task_number",
                                                            "num_tasks_with_annotations"))
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in (total, finished)):
@@ -57,17 +51,6 @@ class LabelStudioAPI(ToolAPI):
         assert isinstance(total, int) and isinstance(finished, int)
         changed = self.latest_change(project_id) if 0 < total <= finished else ""
         return Completion(total, finished, changed, annotated if isinstance(annotated, int) else None)
-
-    def add_webhook(self, project_id: int, url: str, headers: dict[str, str]) -> int:
-        hook = self.call("POST", "/api/webhooks/", what="a new webhook", credential="/apiKey",
-                         json={"project": project_id, "url": url, "send_payload": True, "send_for_all_actions": True,
-                               "headers": headers, "is_active": True})
-        if not isinstance(hook, dict) or not isinstance(hook.get("id"), int):
-            raise SourceUnavailable("Label Studio answered the new webhook without an id")
-        return int(hook["id"])
-
-    def delete_webhook(self, hook_id: int) -> None:
-        self.call("DELETE", f"/api/webhooks/{hook_id}/", what=f"webhook {hook_id}", credential="/apiKey")
 
 
 def dataset_name(value: Any) -> str:
@@ -93,7 +76,7 @@ def connect(connections: Connections, project: str, body: Any, public_url: str) 
     remote, dataset = positive_id(body.get("projectId"), "/projectId"), dataset_name(body.get("dataset"))
     api = LabelStudioAPI(url, api_key)
     try:
-        info = api.project(remote)
+        info = api.object("GET", f"/api/projects/{remote}", f"project {remote}")
         record = connections.add(project, "label-studio", {"url": url, "remote": remote, "dataset": dataset,
                                                            "title": str(info.get("title") or "")[:200],
                                                            "credential": api_key})
@@ -101,14 +84,8 @@ def connect(connections: Connections, project: str, body: Any, public_url: str) 
         token = projects.create_token(project, f"label-studio webhook of {record['id']}", ["publish"])
         identity = projects.lookup(token)
         record["token"] = identity.token_id if identity else ""
-        hook = f"{public_url.rstrip('/')}/webhooks/label-studio?connection={record['id']}"
-        try:
-            record["webhook"] = api.add_webhook(remote, hook, {"Authorization": f"Bearer {token}"})
-        except Exception:
-            projects.revoke(record["token"])
-            connections.remove(str(record["id"]))
-            raise
-        connections.save(record)
-        return record
+        return register_webhook(connections, api, record, public_url, lambda url: {
+            "project": remote, "url": url, "send_payload": True, "send_for_all_actions": True, "is_active": True,
+            "headers": {"Authorization": f"Bearer {token}"}}, undo=lambda: projects.revoke(record["token"]))
     finally:
         api.close()

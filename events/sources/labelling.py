@@ -23,6 +23,7 @@ from cascade.events.bus import EventBus
 from cascade.events.identity import Projects
 from cascade.events.sources import cvat, label_studio
 from cascade.events.sources.connections import KIND, Completion, Connections, publish_completion
+from cascade.events.sources.toolapi import ToolAPI
 from cascade.stores import StateStore
 
 log = logging.getLogger("cascade.sources.labelling")
@@ -35,16 +36,20 @@ def connect(connections: Connections, tool: str, project: str, body: Any, public
     return cvat.connect(connections, project, body, public_url)
 
 
+def api_of(record: dict[str, Any]) -> ToolAPI:
+    """A client of the connection's tool, with the connection's credential."""
+    if record["tool"] == "label-studio":
+        return label_studio.LabelStudioAPI(str(record["url"]), str(record["credential"]))
+    return cvat.api_of(record)
+
+
 def completion_of(record: dict[str, Any]) -> Completion:
     """Ask the connection's tool how far its labelling is."""
-    if record["tool"] == "label-studio":
-        ls = label_studio.LabelStudioAPI(str(record["url"]), str(record["credential"]))
-        try:
-            return ls.completion(int(record["remote"]))
-        finally:
-            ls.close()
-    api = cvat.api_of(record)
+    api = api_of(record)
     try:
+        if isinstance(api, label_studio.LabelStudioAPI):
+            return api.completion(int(record["remote"]))
+        assert isinstance(api, cvat.CVATAPI)
         return api.completion(int(record["remote"]), record.get("task"))
     finally:
         api.close()
@@ -54,18 +59,11 @@ def disconnect(connections: Connections, record: dict[str, Any]) -> dict[str, An
     """Remove the tool's webhook (when the tool answers), revoke the webhook's token, forget the connection."""
     note = "webhook removed"
     try:
-        if record["tool"] == "label-studio":
-            ls = label_studio.LabelStudioAPI(str(record["url"]), str(record["credential"]))
-            try:
-                ls.delete_webhook(int(record["webhook"]))
-            finally:
-                ls.close()
-        else:
-            api = cvat.api_of(record)
-            try:
-                api.delete_webhook(int(record["webhook"]))
-            finally:
-                api.close()
+        api = api_of(record)
+        try:
+            api.delete_webhook(int(record["webhook"]))
+        finally:
+            api.close()
     except (CascadeError, KeyError, TypeError, ValueError) as exc:
         note = f"webhook left in the tool ({exc}); its token is revoked, so its deliveries are refused"
     if record.get("token"):

@@ -1,8 +1,9 @@
 """Model artifacts, fetched once and kept by checksum, so a cold start does not download again.
 
 ``fetch(uri, sha256, cache, policy)`` returns a local file whose SHA-256 was verified:
-``file://`` paths are copied, ``http(s)://`` downloads resume from a partial file with a Range
-request. Where from is the :class:`ArtifactPolicy`'s call: files only under the artifact roots
+``file://`` paths are copied (a folder, such as a Hugging Face model or a LoRA adapter, is
+copied whole and checked with the folder digest of ``cascade.core.hashing``), ``http(s)://``
+downloads resume from a partial file with a Range request. Where from is the :class:`ArtifactPolicy`'s call: files only under the artifact roots
 (job outputs), downloads only from allowlisted hosts, and a redirect only to another of them.
 The cache is private to the platform (folders 0700, files 0600). A checksum mismatch deletes
 the file and raises without saying what the bytes hashed to, so a corrupted or substituted
@@ -88,9 +89,31 @@ def _download(url: str, target: Path, policy: ArtifactPolicy) -> None:
 
 
 def _copy_private(source: Path, target: Path) -> None:
+    """Copy a file (0600) or a folder (0700, its files 0600); links inside a folder are not followed."""
+    if source.is_dir():
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(mode=0o700)
+        for item in sorted(source.rglob("*")):
+            if item.is_symlink():
+                raise InvalidInput(f"artifact folder {source} holds a link ({item.name}); it is not copied",
+                                   field="artifactUri")
+            dest = target / item.relative_to(source)
+            if item.is_dir():
+                dest.mkdir(mode=0o700)
+            else:
+                _copy_private(item, dest)
+        return
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with source.open("rb") as src, os.fdopen(fd, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def _discard(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
@@ -112,12 +135,12 @@ def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
     cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.mkdir(exist_ok=True, mode=0o700)
     if parsed.scheme in ("", "file"):
-        if not source.is_file():
-            raise InvalidInput(f"artifact {uri} is not a file", field="artifactUri")
+        if source.is_symlink() or not (source.is_file() or source.is_dir()):
+            raise InvalidInput(f"artifact {uri} is not a file or a folder", field="artifactUri")
         _copy_private(source, target)
     else:
         _download(uri, target, policy)
     if sha256_file(target) != sha256:
-        target.unlink()
+        _discard(target)
         raise ChecksumMismatch(f"artifact {uri} does not match the release's sha256", field="sha256")
     return target

@@ -66,6 +66,17 @@ class ModelRoutes:
             dropped = [r.service for r in current]
         return dropped
 
+    def withdraw(self, model: str, version: str) -> list[str]:
+        """Stop routing to ``version``; the other version, if any, takes all the traffic. Services no longer routed."""
+        routes = self.routes.get(model, [])
+        gone = [r.service for r in routes if r.version == version]
+        rest = [Route(r.version, r.service, 100) for r in routes if r.version != version]
+        if rest:
+            self.routes[model] = rest[:1]
+        else:
+            self.routes.pop(model, None)
+        return gone
+
     def live(self) -> dict[str, list[dict[str, object]]]:
         return {m: [{"version": r.version, "percent": r.percent, "service": r.service} for r in rs]
                 for m, rs in self.routes.items()}

@@ -69,9 +69,28 @@ def traffic(resource: dict[str, Any]) -> dict[str, int]:
     version = str((meta.get("labels") or {}).get("cascade.io/version", ""))
     previous = (meta.get("annotations") or {}).get("cascade.io/previous-version")
     canary = ((resource.get("spec") or {}).get("predictor") or {}).get("canaryTrafficPercent")
+    if previous and canary is not None and int(canary) == 0:
+        return {str(previous): 100}  # the canary rolled back: the previous revision takes everything
     if previous and canary is not None and int(canary) < 100:
         return {str(previous): 100 - int(canary), version: int(canary)}
     return {version: 100}
+
+
+def withdrawn(resource: dict[str, Any], version: str) -> dict[str, Any]:
+    """``resource`` (a live split of two versions) as applied again without ``version``: the canary withdrawn is
+    ``canaryTrafficPercent: 0``; the previous one withdrawn leaves the canary all the traffic."""
+    meta = resource.get("metadata") or {}
+    out = {"apiVersion": resource.get("apiVersion", f"{GROUP}/{VERSION}"), "kind": "InferenceService",
+           "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta},
+           "spec": {**resource.get("spec", {}), "predictor": dict((resource.get("spec") or {}).get("predictor") or {})}}
+    annotations = dict(meta.get("annotations") or {})
+    if str((meta.get("labels") or {}).get("cascade.io/version", "")) == version:
+        out["spec"]["predictor"]["canaryTrafficPercent"] = 0
+    else:
+        out["spec"]["predictor"].pop("canaryTrafficPercent", None)
+        annotations.pop("cascade.io/previous-version", None)
+    out["metadata"]["annotations"] = annotations
+    return out
 
 
 def phase(resource: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ redelivered next time) and drains the instances.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -33,8 +34,12 @@ from cascade.functions.spec import FunctionSpec, discover
 from cascade.functions.training.backends import open_backend
 from cascade.functions.training.policy import JobPolicy
 from cascade.functions.training.watch import JobWatcher
+from cascade.serving.registry import Registry
 from cascade.serving.runtime.activator import Runtime
+from cascade.serving.targets import open_target
 from cascade.stores import StateStore
+
+log = logging.getLogger("cascade.platform")
 
 
 @dataclass
@@ -115,11 +120,22 @@ class Platform:
         if dispatcher and backend is not None:
             self.watcher = JobWatcher(backend, self.bus, cfg.bus.topic, interval=cfg.training.watch_seconds)
             self.watcher.start()
+        if runtime and cfg.serving.target == "local":
+            threading.Thread(target=self.restore_models, name="restore-models", daemon=True).start()
         if dispatcher:
             self.dispatcher = Dispatcher(self.bus, self.state, self.triggers, topic=cfg.bus.topic,
                                          resolve=cfg.function_url, function_auth=auth_header(self.platform_token))
             self.dispatcher.start(metrics_port=cfg.dispatcher.metrics_port or None,
                                   metrics_host=cfg.dispatcher.metrics_host)
+
+    def restore_models(self) -> list[str]:
+        """Make every model the registry says is live serve again, with its split (a restart loses the runtime's
+        model servers); returns the ``model:version`` that did not come back."""
+        releases = Registry(self.state).live_releases()
+        failed = open_target(self.cfg).restore(releases) if releases else []
+        for name in failed:
+            log.warning("model %s was live before the restart and did not load again", name)
+        return failed
 
     def wait(self) -> None:
         """Block until SIGINT or SIGTERM."""

@@ -16,18 +16,35 @@ models_app = typer.Typer(help="The model registry: versions, releases.", no_args
 app.add_typer(models_app, name="models")
 
 
+def _split(traffic: dict[str, int], version: str) -> str:
+    return f"{traffic[version]}%" if version in traffic else ""
+
+
 @models_app.command("ls")
 def models_ls() -> None:
-    """Models and their versions with stage and metrics."""
+    """Models and their versions: stage, metrics, and traffic desired, recorded live, and serving now."""
+    import httpx
     from rich.table import Table
 
-    from cascade.serving.registry import Registry
+    from cascade.core.credentials import auth_header, platform_token
+    from cascade.serving.registry import DESIRED, LIVE, Registry
 
-    table = Table("model", "version", "stage", "format", "metrics", "job")
-    for model, versions in sorted(Registry(wiring.store(settings())).models().items()):
+    cfg = settings()
+    registry = Registry(wiring.store(cfg))
+    try:  # the runtime's own routes, when it runs here
+        serving = httpx.get(f"{cfg.runtime_url}/_runtime/models", headers=auth_header(platform_token(cfg.home)),
+                            timeout=5).json() if cfg.serving.target == "local" else {}
+    except (httpx.HTTPError, ValueError, OSError):
+        serving = {}
+    table = Table("model", "version", "stage", "format", "desired", "live", "serving", "metrics", "job")
+    for model, versions in sorted(registry.models().items()):
+        desired, live = registry.traffic(DESIRED, model), registry.traffic(LIVE, model)
+        now = {str(r["version"]): int(r["percent"]) for r in serving.get(model, [])} if isinstance(serving, dict) else {}
         for v in sorted(versions, key=lambda r: version_key(r["version"])):
-            table.add_row(model, str(v["version"]), v.get("stage", ""), v.get("format", ""),
-                          json.dumps(v.get("metrics", {}))[:50], str(v.get("lineage", {}).get("job", "")))
+            version = str(v["version"])
+            table.add_row(model, version, v.get("stage", ""), v.get("format", ""), _split(desired, version),
+                          _split(live, version), _split(now, version) if serving else "?",
+                          json.dumps(v.get("metrics", {}))[:40], str(v.get("lineage", {}).get("job", "")))
     console().print(table)
 
 
@@ -42,24 +59,79 @@ def models_show(model: str, version: str) -> None:
         fail(str(exc))
 
 
-@models_app.command("release")
-def models_release(
-    model: str,
-    version: str,
-    canary: Annotated[Optional[int], typer.Option(help="Traffic percent for this version while the previous one is live.")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", help="Edge clusters to target, k=v (repeatable).")] = None,
-) -> None:
-    """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
-    from cascade.serving.registry import Registry
+def _command(model: str, version: str, canary: int | None, label: list[str] | None, verb: str) -> None:
+    """Release ``version`` (``canary`` percent, or all): a command with an id of its own, so it always takes
+    effect; one that asks for the split that is both desired and live already publishes nothing and says so."""
+    from cascade.functions.models import Models
+    from cascade.serving.registry import DESIRED, LIVE, Registry, traffic_after
 
     cfg = settings()
+    if canary is not None and not 0 < canary < 100:
+        fail("--canary is a percent between 1 and 99 (a full release has no --canary)")
     targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    registry = Registry(wiring.store(cfg))
+    central = Models.central_for(cfg, targets)
     try:
-        event = Registry(wiring.store(cfg)).release(model, version, targets=targets, canary=canary)
+        registry.get(model, version)
+        desired = registry.traffic(DESIRED, model)
+        if verb == "rolled back" and version not in desired and registry.get(model, version).get("stage") != "released":
+            fail(f"{model} {version} was never released; roll back to a version that was (cascade models ls)")
+        if central and targets is None and traffic_after(desired, version, canary) == desired == \
+                registry.traffic(LIVE, model):
+            typer.echo(f"nothing to do: {model} already sends " +
+                       ", ".join(f"{p}% to {v}" for v, p in sorted(desired.items())))
+            return
+        event = registry.release(model, version, targets=targets, canary=canary, central=central)
         wiring.bus(cfg).publish(cfg.bus.topic, event)
     except CascadeError as exc:
         fail(str(exc))
-    typer.echo(f"released {model} {version}" + (f" ({canary}% canary)" if canary is not None else ""))
+    typer.echo(f"{verb} {model} {version}" + (f" ({canary}% canary)" if canary is not None else "") +
+               ("" if central else " to edge clusters only"))
+
+
+CanaryOption = Annotated[Optional[int], typer.Option(help="Traffic percent for this version while the other one "
+                                                     "stays live (1-99).")]
+LabelOption = Annotated[Optional[list[str]], typer.Option("--label", help="Edge clusters to target, k=v (repeatable).")]
+
+
+@models_app.command("release")
+def models_release(model: str, version: str, canary: CanaryOption = None, label: LabelOption = None) -> None:
+    """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
+    _command(model, version, canary, label, "released")
+
+
+@models_app.command("rollback")
+def models_rollback(model: str, version: str, label: LabelOption = None) -> None:
+    """Send all traffic back to VERSION, released before (the canary, or the newer version, stops serving)."""
+    _command(model, version, None, label, "rolled back")
+
+
+@models_app.command("undeploy")
+def models_undeploy(model: str, version: str, label: LabelOption = None) -> None:
+    """Withdraw VERSION: it stops taking traffic; the other live version, if any, takes all of it."""
+    from cascade.events.envelope import new_event
+    from cascade.functions.models import Models
+    from cascade.serving.registry import DESIRED, LIVE, SOURCE, Registry
+
+    cfg = settings()
+    registry = Registry(wiring.store(cfg))
+    targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    try:
+        record = registry.get(model, version)
+        if Models.central_for(cfg, targets):
+            desired, live = registry.traffic(DESIRED, model), registry.traffic(LIVE, model)
+            if version not in desired and version not in live and targets is None:
+                typer.echo(f"nothing to do: {model} {version} takes no traffic")
+                return
+            rest = [v for v in desired if v != version]
+            registry.set_traffic(DESIRED, model, {rest[0]: 100} if rest else {}, str(record.get("project") or "default"))
+        data = {"model": model, "version": version, **({"targets": targets} if targets else {})}
+        wiring.bus(cfg).publish(cfg.bus.topic, new_event("model.withdrawn", data, source=SOURCE, partitionkey=model,
+                                                         subject=f"{model}:{version}",
+                                                         extensions={"project": str(record.get("project") or "default")}))
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"withdrew {model} {version}")
 
 
 edge_app = typer.Typer(help="Edge clusters that deploy model releases themselves.", no_args_is_help=True)

@@ -114,6 +114,9 @@ class ServingSettings(BaseModel):
     """Artifact cache, by sha256; empty means CASCADE_HOME/cache/models."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Knative autoscaling annotations for model servers (e.g. a shorter window)."""
+    cluster_labels: dict[str, str] = Field(default_factory=lambda: {"cascade.io/cluster": "central"})
+    """The central deployment's labels: a release whose ``targets`` do not select them (one aimed at edge
+    clusters only) is not deployed centrally; a release without ``targets`` goes everywhere."""
 
 
 class SourceSettings(BaseModel):

@@ -127,10 +127,18 @@ class Runtime:
 
     # -- models -------------------------------------------------------------------------
     async def models_api(self, scope: Scope, body: bytes, send: Send) -> None:
-        """GET /_runtime/models; PUT /_runtime/models/{model}/versions/{version} (deploy, wait for load)."""
+        """GET /_runtime/models; PUT /_runtime/models/{model}/versions/{version} (deploy, wait for load);
+        DELETE .../versions/{version} (withdraw: the other version takes all the traffic)."""
         match = re.match(r"^/_runtime/models/([^/]+)/versions/([^/]+)$", scope["path"])
         if scope["method"] == "GET":
             await _json(send, 200, self.models.live())
+        elif scope["method"] == "DELETE" and match:
+            for service in self.models.withdraw(match[1], match[2]):
+                if service in self.services:
+                    await self.remove(service)
+            if match[1] not in self.models.routes:
+                self.owners.pop(match[1], None)
+            await _json(send, 200, {"model": match[1], "routes": self.models.live().get(match[1], [])})
         elif scope["method"] == "PUT" and match:
             try:
                 spec = json.loads(body)
@@ -139,7 +147,8 @@ class Runtime:
                 status, reply = 400, {"error": "InvalidInput", "message": str(exc)}
             await _json(send, status, reply)
         else:
-            await _json(send, 405, {"error": "MethodNotAllowed", "message": "GET /_runtime/models or PUT .../versions/V"})
+            await _json(send, 405, {"error": "MethodNotAllowed",
+                                    "message": "GET /_runtime/models, or PUT or DELETE .../versions/V"})
 
     async def deploy_model(self, model: str, version: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = re.sub(r"[^a-z0-9-]", "-", f"model-{model}-{version}".lower())

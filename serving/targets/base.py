@@ -63,6 +63,11 @@ class DeployTarget(Protocol):
         """The versions of ``project``'s ``model`` that take traffic, with their percent (empty: not served)."""
         ...
 
+    def withdraw(self, model: str, version: str, project: str = "default") -> dict[str, int]:
+        """Stop ``version`` taking traffic (the other live version, if any, takes all of it); the split after.
+        Withdrawing a version that is not live changes nothing."""
+        ...
+
     def restore(self, releases: list[Release]) -> list[str]:
         """After a restart: make the released versions serve again; the ``model:version`` that failed."""
         ...

@@ -71,6 +71,28 @@ class KServeTarget:
         obj = self._get(self.namespace(project), model)
         return {} if obj is None else kserve.traffic(obj)
 
+    def withdraw(self, model: str, version: str, project: str = "default") -> dict[str, int]:
+        """The canary withdrawn: ``canaryTrafficPercent: 0`` (KServe's rollback to the previous revision); the
+        previous version withdrawn: the canary takes all; the only version withdrawn: the InferenceService goes."""
+        namespace = self.namespace(project)
+        try:
+            live = self._get(namespace, model)
+            current = kserve.traffic(live) if live is not None else {}
+            if live is None or version not in current:
+                return current
+            if len(current) == 1:
+                self.custom.delete_namespaced_custom_object(kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL,
+                                                            model)
+                return {}
+            resource = kserve.withdrawn(live, version)
+            self.custom.patch_namespaced_custom_object(
+                kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL, model, resource,
+                field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
+        except k8s.ApiException as exc:
+            raise DeployFailed(f"withdrawing {version} of InferenceService {namespace}/{model}: "
+                               f"{exc.status} {exc.reason}") from exc
+        return self.serving(model, project)
+
     def restore(self, releases: list[Release]) -> list[str]:
         """InferenceServices outlive Cascade: only those missing are applied again."""
         failed = []

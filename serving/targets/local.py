@@ -66,6 +66,16 @@ class LocalTarget:
         routes = (reply.json() if reply.status_code == 200 else {}).get(model) or []
         return {str(r["version"]): int(r["percent"]) for r in routes}
 
+    def withdraw(self, model: str, version: str, project: str = "default") -> dict[str, int]:
+        url = f"{self.runtime_url}/_runtime/models/{model}/versions/{version}"
+        try:
+            reply = httpx.delete(url, headers=self.headers, timeout=30)
+        except httpx.HTTPError as exc:
+            raise DeployFailed(f"runtime unreachable at {url}: {exc}") from exc
+        if reply.status_code != 200:
+            raise DeployFailed(f"withdrawing {model} {version}: {reply.status_code} {reply.text[:300]}")
+        return self.serving(model, project)
+
     def restore(self, releases: list[Release]) -> list[str]:
         failed = []
         for release in releases:

@@ -106,3 +106,13 @@ class TestDeployTargetContract:
         after = driver.restart()
         assert after.restore([first]) == []
         assert after.serving("m", "team") == {"1": 100}
+
+    def test_withdrawing_returns_the_traffic_and_the_last_version_stops_serving(self, driver: Any, tmp_path: Path) -> None:
+        driver.target.deploy(release(models.torchscript(tmp_path, bias=0.0), "1"))
+        driver.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "2", canary=20))
+        assert driver.target.withdraw("m", "2", "team") == {"1": 100}, "the canary's share goes back"
+        assert driver.target.withdraw("m", "2", "team") == {"1": 100}, "withdrawing it again changes nothing"
+        driver.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "3", canary=50))
+        assert driver.target.withdraw("m", "1", "team") == {"3": 100}, "the previous withdrawn: the canary takes all"
+        assert driver.target.withdraw("m", "3", "team") == {}
+        assert driver.target.serving("m", "team") == {}

@@ -1,4 +1,5 @@
-"""deploy-model: model.released -> the version serving (model.deployed) or model.deploy_failed."""
+"""deploy-model: model.released -> the version serving (model.deployed) or model.deploy_failed;
+model.withdrawn -> the version no longer taking traffic."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def start(config: dict[str, Any]) -> None:
     _models = Models(Settings())  # this process's settings, read once at its entry point
 
 
-def handle(event: CloudEvent) -> CloudEvent:
+def handle(event: CloudEvent) -> CloudEvent | None:
     assert _models is not None
+    if event["type"] == "io.cascade.model.withdrawn.v1":
+        return _models.on_withdrawn(event)
     return _models.on_released(event)

@@ -2,7 +2,9 @@
 XGBoost and ONNX, with the V1 (``:predict``) and V2 (``/infer``) protocols of ``kserve``.
 
 Run by the runtime as a command service: ``python -m serving.modelserver --name N --artifact
-PATH --format F`` with the port in ``$PORT``. Malformed tensors answer 400 naming the input.
+PATH --format F`` with the port in ``$PORT``, or forked from a warm per-format zygote
+(``cascade.serving.runtime.zygote``) that has already imported kserve and the framework, so a
+cold start costs little more than loading the model. Malformed tensors answer 400 naming the input.
 A PyTorch state dict needs ``arch.json`` beside it: ``{"type": "linear", "in": 8, "out": 1}``;
 it is loaded with ``weights_only=True`` (tensors, no pickled code). The server listens on
 loopback only: the runtime proxies to it, nothing else should reach it (kserve's REST server
@@ -160,12 +162,26 @@ class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type i
         self.config.host = "127.0.0.1"
 
 
-def main() -> None:
+FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "sklearn": ("joblib", "sklearn"),
+              "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
+
+
+def preload(fmt: str) -> None:
+    """Import what serving ``fmt`` needs (a zygote does this once, before it forks model servers)."""
+    import importlib
+
+    import kserve.protocol.rest.server  # noqa: F401  the REST stack ModelServer starts
+
+    for module in FRAMEWORKS.get(fmt, ()):
+        importlib.import_module(module)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--name", required=True)
     parser.add_argument("--artifact", required=True, type=Path)
     parser.add_argument("--format", required=True, choices=FORMATS)
-    args, _ = parser.parse_known_args()
+    args, _ = parser.parse_known_args(argv)
     model = CascadeModel(args.name, args.artifact, args.format)
     started = time.perf_counter()
     model.load()

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import re
-import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from cascade.events.gateway.errors import problem
 from cascade.events.health import Health
 from cascade.events.identity import PLATFORM, Authenticator, Identity
 from cascade.serving.inference import ModelRoutes, Route, parse_path
-from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher
+from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher, ZygoteLauncher, Zygotes
 from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Overloaded, Service
 
@@ -64,6 +63,7 @@ class Runtime:
         self.auth, self.open_functions = auth, open_functions
         self.owners: dict[str, str] = {}  # model -> the project whose tokens may call it
         self.platforms: dict[str, str] = {}  # model server (service name) -> V2 metadata "platform"
+        self.zygotes = Zygotes()  # one warm process per model format forks the model servers
 
     def _add(self, name: str, policy: ScalingPolicy, make: Callable[[Service], Launcher], **options: Any) -> Service:
         if name in self.services:
@@ -80,9 +80,15 @@ class Runtime:
 
     def add_command(self, name: str, policy: ScalingPolicy, argv: list[str], env: dict[str, str],
                     ready_path: str = "/v2/health/ready", **options: Any) -> Service:
-        """Any HTTP server listening on ``$CASCADE_SOCKET`` (model servers)."""
+        """Any HTTP server listening on ``$PORT``."""
         return self._add(name, policy, lambda s: CommandLauncher(argv, env, s.ready, s.exited, ready_path,
                                                                  log_dir=str(s.run_dir)), **options)
+
+    def add_model_server(self, name: str, policy: ScalingPolicy, fmt: str, argv: list[str], env: dict[str, str],
+                         ready_path: str, **options: Any) -> Service:
+        """A model server (``cascade.serving.modelserver`` arguments) forked from the format's warm zygote."""
+        return self._add(name, policy, lambda s: ZygoteLauncher(self.zygotes, fmt, argv, env, s.ready, s.exited,
+                                                                ready_path, str(s.run_dir)), **options)
 
     async def remove(self, name: str) -> None:
         service = self.services.pop(name, None)
@@ -121,6 +127,7 @@ class Runtime:
         for service in self.services.values():
             assert service.launcher is not None
             await service.launcher.close()
+        await self.zygotes.close()
 
     def status(self) -> list[dict[str, object]]:
         return [s.status() for s in self.services.values()]
@@ -159,14 +166,15 @@ class Runtime:
             if not isinstance(spec.get("artifact"), str) or not Path(spec["artifact"]).is_absolute():
                 raise ValueError("artifact must be the absolute path of a verified local copy")
             policy = ScalingPolicy.from_annotations(spec.get("annotations", {}), scale_to_zero_grace=self.model_grace)
-            argv = [sys.executable, "-P", "-m", "cascade.serving.modelserver", "--name", model, "--artifact", spec["artifact"],
-                    "--format", spec["format"]]
-            self.platforms[name] = PLATFORMS.get(str(spec["format"]), "")
+            fmt = str(spec["format"])
+            if fmt not in PLATFORMS:
+                raise ValueError(f"format {fmt!r} is not one the model server serves ({', '.join(PLATFORMS)})")
+            argv = ["--name", model, "--artifact", spec["artifact"], "--format", fmt]
+            self.platforms[name] = PLATFORMS.get(fmt, "")
             env = {"CASCADE_MODEL_VERSION": version}
             if spec.get("signature"):
                 env["CASCADE_MODEL_SIGNATURE"] = json.dumps(spec["signature"])
-            service = self.add_command(name, policy, argv, env,
-                                       ready_path=f"/v2/models/{model}/ready")
+            service = self.add_model_server(name, policy, fmt, argv, env, ready_path=f"/v2/models/{model}/ready")
             started = time.monotonic()
             service.hold(+1)  # the warm-up counts as a request: the autoscaler keeps the instance
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -70,6 +71,8 @@ class Models:
         path = (output / model["file"]).resolve()
         if not path.is_relative_to(output) or not path.is_file():
             return []  # model.file names a file inside the job's own output, or nothing is registered
+        if model.get("format") == "pytorch" and path.is_file():
+            path = self._state_dict_bundle(output, path, model["name"])
         existing = [v for v in self.registry.versions(model["name"]) if v.get("lineage", {}).get("job") == data["jobId"]]
         version = existing[0]["version"] if existing else self.registry.next_version(model["name"])
         record = {"model": model["name"], "version": version, "artifactUri": path.as_uri(),
@@ -93,6 +96,20 @@ class Models:
                 out.append(follow_up(event, "model.released", released.get_data() or {}, source=SOURCE_RELEASE,
                                      partitionkey=model["name"], subject=released["subject"], id=released["id"]))
         return out
+
+    @staticmethod
+    def _state_dict_bundle(output: Path, weights: Path, name: str) -> Path:
+        """A state dict's weights and the ``arch.json`` beside them, as one folder: the artifact, its sha256 and
+        every copy of it then carry the architecture (a weights file alone cannot be served)."""
+        arch = weights.parent / "arch.json"
+        bundle = output / ".cascade-models" / name
+        if bundle.exists():
+            shutil.rmtree(bundle)
+        bundle.mkdir(parents=True)
+        shutil.copyfile(weights, bundle / weights.name)
+        if arch.is_file() and not arch.is_symlink() and arch.resolve().is_relative_to(output):
+            shutil.copyfile(arch, bundle / "arch.json")
+        return bundle
 
     def _register_finetune(self, event: CloudEvent, data: dict[str, Any], job: dict[str, Any]) -> list[CloudEvent]:
         spec = job.get("finetune") or {}

@@ -23,7 +23,7 @@ from kserve.api_client import ApiClient as KServeApiClient
 from cascade.core import podsecurity
 
 # Registry formats -> KServe modelFormat names (what the serving runtimes declare).
-MODEL_FORMATS = {"torchscript": "pytorch", "pytorch": "pytorch", "sklearn": "sklearn", "xgboost": "xgboost",
+MODEL_FORMATS = {"torchscript": "pytorch", "pytorch": "pytorch", "pytorch-export": "pytorch", "sklearn": "sklearn", "xgboost": "xgboost",
                  "onnx": "onnx", "tensorflow": "tensorflow", "huggingface": "huggingface",
                  "lora-adapter": "huggingface"}
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"

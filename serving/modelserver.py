@@ -5,8 +5,13 @@ Run by the runtime as a command service: ``python -m serving.modelserver --name 
 PATH --format F`` with the port in ``$PORT``, or forked from a warm per-format zygote
 (``cascade.serving.runtime.zygote``) that has already imported kserve and the framework, so a
 cold start costs little more than loading the model. Malformed tensors answer 400 naming the input.
-A PyTorch state dict needs ``arch.json`` beside it: ``{"type": "linear", "in": 8, "out": 1}``;
-it is loaded with ``weights_only=True`` (tensors, no pickled code). The server listens on
+A PyTorch state dict (format ``pytorch``) is a folder with the weights and ``arch.json`` (or
+a weights file with ``arch.json`` beside it). The architecture is an importable class of the
+installed environment and its arguments, ``{"class": "torch.nn:RNNCell", "kwargs": {...},
+"inputs": 4, "outputs": 1}`` (never code from the artifact), or the older
+``{"type": "linear", "in": 8, "out": 1}``; weights load with ``weights_only=True`` (tensors, no
+pickled code). ``pytorch-export`` is a ``torch.export`` program (``.pt2``): the graph travels
+with the weights, so any architecture serves without importing anything. The server listens on
 loopback only: the runtime proxies to it, nothing else should reach it (kserve's REST server
 binds every interface, so :class:`_LoopbackREST` moves it).
 """
@@ -28,7 +33,7 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from kserve.protocol.rest.server import RESTServer
 
-FORMATS = ("torchscript", "pytorch", "sklearn", "xgboost", "onnx")
+FORMATS = ("torchscript", "pytorch", "pytorch-export", "sklearn", "xgboost", "onnx")
 
 
 Tensor = dict[str, Any]  # {"name", "datatype", "shape"}: one entry of V2 model metadata
@@ -51,31 +56,80 @@ def signature(path: Path, fmt: str, model: Any) -> tuple[list[Tensor], list[Tens
     elif fmt == "xgboost":
         features = model.num_features()
     elif fmt == "pytorch":
-        arch = json.loads((path.parent / "arch.json").read_text())
-        return [_tensor("input-0", [-1, int(arch["in"])])], [_tensor("output-0", [-1, int(arch["out"])])]
+        arch = state_dict_files(path)[1]
+        inputs, outputs = arch.get("inputs", arch.get("in")), arch.get("outputs", arch.get("out"))
+        if inputs is None or outputs is None:
+            return [], [_tensor("output-0", [-1, -1])]
+        return [_tensor("input-0", [-1, int(inputs)])], [_tensor("output-0", [-1, int(outputs)])]
+    elif fmt == "pytorch-export":
+        return exported_signature(model)
     if features is None:
         return [], [_tensor("output-0", [-1, -1])]
     return [_tensor("input-0", [-1, int(features)])], [_tensor("output-0", [-1])]
 
 
+def state_dict_files(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The weights file and the architecture of a state-dict artifact (a folder, or a file with arch.json beside)."""
+    folder = path if path.is_dir() else path.parent
+    weights = path if path.is_file() else next(
+        (p for p in sorted(folder.iterdir()) if p.suffix in (".pt", ".pth", ".bin")), folder / "model.pt")
+    return weights, dict(json.loads((folder / "arch.json").read_text()))
+
+
+def architecture(arch: dict[str, Any]) -> Any:
+    """The module ``arch`` names: an installed class and its arguments, or the older linear description."""
+    import importlib
+
+    import torch
+
+    if "class" not in arch:
+        return torch.nn.Linear(int(arch["in"]), int(arch["out"]))
+    module_name, _, class_name = str(arch["class"]).partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name or "", None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise ValueError(f"arch.json class {arch['class']!r} is not an installed torch.nn.Module class (module:Class)")
+    return cls(*arch.get("args", []), **arch.get("kwargs", {}))
+
+
+def exported_signature(program: Any) -> tuple[list[Tensor], list[Tensor]]:
+    """Inputs and outputs of a ``torch.export`` program, from the shapes it was traced with."""
+    user = set(program.graph_signature.user_inputs)
+    inputs: list[Tensor] = []
+    outputs: list[Tensor] = []
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in user and hasattr(node.meta.get("val"), "shape"):
+            inputs.append(_tensor(f"input-{len(inputs)}", [d if isinstance(d, int) else -1 for d in node.meta["val"].shape]))
+        elif node.op == "output":
+            for i, item in enumerate(node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]):
+                shape = getattr(getattr(item, "meta", {}).get("val"), "shape", None)
+                if shape is not None:
+                    outputs.append(_tensor(f"output-{i}", [d if isinstance(d, int) else -1 for d in shape]))
+    return [dict(t, shape=[-1, *t["shape"][1:]]) for t in inputs], [dict(t, shape=[-1, *t["shape"][1:]]) for t in outputs]
+
+
 def load(path: Path, fmt: str) -> tuple[Any, Any]:
     """(a callable numpy -> numpy, the loaded model itself) for the artifact at ``path``."""
-    if fmt in ("torchscript", "pytorch"):
+    if fmt in ("torchscript", "pytorch", "pytorch-export"):
         import torch
 
+        native: Any
         if fmt == "torchscript":
-            module = torch.jit.load(str(path))  # type: ignore[no-untyped-call]
+            module = native = torch.jit.load(str(path))  # type: ignore[no-untyped-call]
+        elif fmt == "pytorch-export":
+            native = torch.export.load(str(path))
+            module = native.module()
         else:
-            arch = json.loads((path.parent / "arch.json").read_text())
-            module = torch.nn.Linear(int(arch["in"]), int(arch["out"]))
-            module.load_state_dict(torch.load(str(path), weights_only=True))
-        module.eval()
+            weights, arch = state_dict_files(path)
+            module = native = architecture(arch)
+            module.load_state_dict(torch.load(str(weights), weights_only=True))
+        if hasattr(module, "eval") and fmt != "pytorch-export":
+            module.eval()
 
         def torch_forward(x: np.ndarray) -> np.ndarray:
             with torch.no_grad():
                 return np.asarray(module(torch.from_numpy(x.astype(np.float32))).numpy())
 
-        return torch_forward, module
+        return torch_forward, native
     if fmt == "sklearn":
         import joblib
 
@@ -162,7 +216,7 @@ class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type i
         self.config.host = "127.0.0.1"
 
 
-FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "sklearn": ("joblib", "sklearn"),
+FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",), "sklearn": ("joblib", "sklearn"),
               "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
 
 

@@ -34,6 +34,40 @@ def state_dict(folder: Path) -> Path:
     return folder / "model.pt"
 
 
+def rnn_state_dict(folder: Path) -> Path:
+    """A non-linear model from an installed class and its arguments: y = tanh(x . w) (an RNN cell at hx = 0)."""
+    import torch
+
+    bundle = folder / "rnn-bundle"
+    bundle.mkdir(exist_ok=True)
+    cell = torch.nn.RNNCell(input_size=4, hidden_size=1)
+    with torch.no_grad():
+        cell.weight_ih.copy_(torch.tensor([WEIGHTS]))
+        cell.bias_ih.zero_()
+        cell.bias_hh.zero_()
+    torch.save(cell.state_dict(), bundle / "weights.pt")
+    (bundle / "arch.json").write_text(json.dumps({"class": "torch.nn:RNNCell",
+                                                  "kwargs": {"input_size": 4, "hidden_size": 1},
+                                                  "inputs": 4, "outputs": 1}))
+    return bundle
+
+
+def exported_mlp(folder: Path) -> Path:
+    """A non-linear model as a ``torch.export`` program: y = tanh(x . w), no class needed to load it."""
+    import torch
+
+    layer = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([WEIGHTS]))
+        layer.bias.fill_(0.0)
+    net = torch.nn.Sequential(layer, torch.nn.Tanh()).eval()
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = torch.export.export(net, (torch.zeros(2, 4),), dynamic_shapes=({0: batch},))
+    path = folder / "mlp.pt2"
+    torch.export.save(program, str(path))
+    return path
+
+
 def sklearn(folder: Path) -> Path:
     import joblib
     from sklearn.linear_model import LinearRegression

@@ -3,6 +3,7 @@ failed loads that keep the previous version, and canary splits."""
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ def v2(url: str, model: str, rows: Any = X, name: str = "input-0") -> httpx.Resp
 
 
 @pytest.mark.parametrize("fmt, build", [("torchscript", models.torchscript), ("pytorch", models.state_dict),
+                                        ("pytorch", models.rnn_state_dict), ("pytorch-export", models.exported_mlp),
                                         ("sklearn", models.sklearn), ("onnx", models.onnx_model),
                                         ("xgboost", models.xgboost_model)])
 def test_every_format_answers_v1_and_v2(runtime: tuple[Runtime, str], tmp_path: Path, fmt: str,
@@ -56,11 +58,12 @@ def test_every_format_answers_v1_and_v2(runtime: tuple[Runtime, str], tmp_path: 
     assert reply.status_code == 200, reply.text
     predictions = [float(p[0]) if isinstance(p, list) else float(p) for p in v1(url, "m").json()["predictions"]]
     tolerance = 0.6 if fmt == "xgboost" else 1e-4
-    assert predictions == pytest.approx([2.5, 2.0], abs=tolerance)
+    expected = [math.tanh(2.5), math.tanh(2.0)] if build in (models.rnn_state_dict, models.exported_mlp) else [2.5, 2.0]
+    assert predictions == pytest.approx(expected, abs=tolerance), "non-linear models answer non-linearly"
     out = v2(url, "m").json()
     assert "outputs" in out, out
     assert out["model_name"] == "m" and out["model_version"] == "1"
-    assert out["outputs"][0]["data"] == pytest.approx([2.5, 2.0], abs=tolerance)
+    assert out["outputs"][0]["data"] == pytest.approx(expected, abs=tolerance)
     [instance] = [i for i in rt.services["model-m-1"].instances.values() if i.state == "ready"]
     port = int(instance.socket.rsplit(":", 1)[1])
     assert listening(port) == ["127.0.0.1"], "a model server listens on loopback only"
@@ -129,3 +132,28 @@ def test_canary_split_is_respected(runtime: tuple[Runtime, str], tmp_path: Path)
     assert pinned["model_version"] == "2"
     full = deploy(url, "m", "2", models.torchscript(tmp_path, bias=100.0), "torchscript")
     assert {r["version"]: r["percent"] for r in full.json()["routes"]} == {"2": 100}
+
+
+def test_a_trained_state_dict_is_released_with_its_architecture_and_serves(runtime: tuple[Runtime, str],
+                                                                         tmp_path: Path) -> None:
+    from cascade.core.settings import Settings
+    from cascade.events.envelope import new_event
+    from cascade.functions.models import Models
+
+    _, url = runtime
+    cfg = Settings(home=tmp_path / "home")
+    output = cfg.artifact_root / "job-1"
+    output.mkdir(parents=True)
+    for item in models.rnn_state_dict(tmp_path).iterdir():  # what a training script leaves in its output
+        (output / ("model.pt" if item.suffix == ".pt" else item.name)).write_bytes(item.read_bytes())
+    functions = Models(cfg)
+    functions.store.put_record("job", "job-1", {"id": "job-1", "project": "default", "spec": {
+        "framework": "pytorch", "model": {"name": "rnn", "file": "model.pt", "format": "pytorch"}}})
+    succeeded = new_event("job.succeeded", {"jobId": "job-1", "artifactUri": output.as_uri(), "metrics": {}},
+                          source="/test", extensions={"project": "default"})
+    [registered] = functions.on_succeeded(succeeded)
+    bundle = Path(registered.get_data()["artifactUri"].removeprefix("file://"))
+    assert sorted(p.name for p in bundle.iterdir()) == ["arch.json", "model.pt"], "weights and architecture together"
+    assert deploy(url, "rnn", "1", bundle, "pytorch").status_code == 200
+    predictions = [p[0] for p in v1(url, "rnn").json()["predictions"]]
+    assert predictions == pytest.approx([math.tanh(2.5), math.tanh(2.0)], abs=1e-4)

@@ -75,6 +75,13 @@ class Connections:
     def save(self, record: dict[str, Any]) -> None:
         self.store.put_record(KIND, str(record["id"]), record, index=("project", "tool"))
 
+    def update(self, record: dict[str, Any], **changes: Any) -> None:
+        """Change fields of a connection that still exists (a reconciler never brings back a removed one)."""
+        record.update(changes)
+        current = self.store.get_record(KIND, str(record["id"]))
+        if current is not None:
+            self.save({**current, **changes})
+
     def get(self, conn_id: str, project: str | None = None) -> dict[str, Any]:
         """The connection ``conn_id``; with ``project`` only if it belongs to that project (else 404)."""
         record = self.store.get_record(KIND, conn_id)
@@ -127,6 +134,5 @@ def publish_completion(connections: Connections, bus: EventBus, topic: str, reco
         return None
     event = completed_event(record, done)
     bus.publish(topic, event)  # durable first: a crash before the record is saved republishes the same id
-    record["completed"] = done.identity
-    connections.save(record)
+    connections.update(record, completed=done.identity)
     return event

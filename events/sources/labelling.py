@@ -5,8 +5,9 @@ seconds, and at once (and again ``settle`` seconds later) when a webhook pokes i
 completion is published when it differs from the one the connection last published and has
 held for ``settle`` seconds (a reviewer correcting five labels in a row is one new
 completion, not five trainings). So a webhook that was never sent (Label Studio does not
-retry), or sent while the gateway was down, still yields exactly one ``labels.completed``. A tool that does not answer is noted
-on its connection (``cascade sources ls`` shows it) and asked again next round.
+retry), or sent while the gateway was down, still yields exactly one ``labels.completed``.
+A tool that does not answer is noted on its connection (``cascade sources ls`` shows it) and
+asked again next round.
 """
 
 from __future__ import annotations
@@ -103,12 +104,10 @@ class Reconciler:
         except CascadeError as exc:
             if record.get("error") != str(exc):
                 log.warning("source %s (%s at %s): %s", record["id"], record["tool"], record["url"], exc)
-                record["error"] = str(exc)
-                self.connections.save(record)
+                self.connections.update(record, error=str(exc))
             return None
         if record.get("error"):
-            record["error"] = ""
-            self.connections.save(record)
+            self.connections.update(record, error="")
         conn_id, now = str(record["id"]), time.monotonic()
         if not done.complete or record.get("completed") == done.identity:
             self._pending.pop(conn_id, None)

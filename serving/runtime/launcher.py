@@ -24,6 +24,34 @@ OnReady = Callable[[str], None]
 OnExit = Callable[[str, int], None]
 
 
+def kill(pid: int | None, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Signal ``pid`` if it is still there."""
+    if pid:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+async def until_ready(address: str, path: str, alive: Callable[[], bool]) -> bool:
+    """Poll ``path`` on the instance at ``address`` until it answers 200 (True) or ``alive()`` turns False."""
+    from cascade.serving.runtime.upstream import Upstream
+
+    upstream = Upstream(address)
+    try:
+        while alive():
+            try:
+                reply = await upstream.request("GET", path, [("host", "instance")], b"", timeout=2)
+                if reply.start.split(" ")[1] == "200":
+                    return True
+            except (ConnectionError, OSError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.01)
+        return False
+    finally:
+        upstream.close()
+
+
 class Launcher(Protocol):
     async def prepare(self) -> None: ...
 
@@ -102,19 +130,11 @@ class TemplateLauncher:
         return socket_path
 
     def terminate(self, instance_id: str) -> None:
-        pid = self.pids.get(instance_id)
-        if pid:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        kill(self.pids.get(instance_id))
 
     async def close(self) -> None:
         for pid in list(self.pids.values()):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            kill(pid)
         if self.proc is not None and self.proc.returncode is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -154,19 +174,8 @@ class CommandLauncher:
         return address
 
     async def _watch(self, instance_id: str, proc: asyncio.subprocess.Process, socket_path: str) -> None:
-        from cascade.serving.runtime.upstream import Upstream
-
-        upstream = Upstream(socket_path)
-        while proc.returncode is None:
-            try:
-                reply = await upstream.request("GET", self.ready_path, [("host", "instance")], b"", timeout=2)
-                if reply.start.split(" ")[1] == "200":
-                    self.on_ready(instance_id)
-                    break
-            except (ConnectionError, OSError, asyncio.TimeoutError):
-                pass
-            await asyncio.sleep(0.02)
-        upstream.close()
+        if await until_ready(socket_path, self.ready_path, lambda: proc.returncode is None):
+            self.on_ready(instance_id)
         code = await proc.wait()
         self.procs.pop(instance_id, None)
         self.on_exit(instance_id, code)
@@ -304,30 +313,12 @@ class ZygoteLauncher:
         return address
 
     async def _watch(self, instance_id: str, address: str) -> None:
-        from cascade.serving.runtime.upstream import Upstream
-
-        upstream = Upstream(address)
         gone = self._gone.get(instance_id)
-        try:
-            while gone is not None and not gone.is_set():
-                try:
-                    reply = await upstream.request("GET", self.ready_path, [("host", "instance")], b"", timeout=2)
-                    if reply.start.split(" ")[1] == "200":
-                        self.on_ready(instance_id)
-                        return
-                except (ConnectionError, OSError, asyncio.TimeoutError):
-                    pass
-                await asyncio.sleep(0.01)
-        finally:
-            upstream.close()
+        if gone is not None and await until_ready(address, self.ready_path, lambda: not gone.is_set()):
+            self.on_ready(instance_id)
 
     def terminate(self, instance_id: str) -> None:
-        pid = self.pids.get(instance_id)
-        if pid:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        kill(self.pids.get(instance_id))
 
     async def close(self) -> None:
         waiting = [(ident, self._gone.get(ident)) for ident in list(self.pids)]
@@ -339,9 +330,4 @@ class ZygoteLauncher:
             try:
                 await asyncio.wait_for(gone.wait(), 10)
             except asyncio.TimeoutError:
-                pid = self.pids.get(ident)
-                if pid:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                kill(self.pids.get(ident), signal.SIGKILL)

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -80,16 +81,22 @@ def main() -> None:
     except BaseException as exc:
         control({"template_failed": f"{type(exc).__name__}: {exc}"})
         sys.exit(1)
+    serve_forks("template_ready", lambda command: _child(module, config, command["spawn"], command["socket"]))
+
+
+def serve_forks(ready: str, child: Callable[[dict[str, Any]], None]) -> None:
+    """Say ``ready``, then fork ``child(command)`` for each spawn command on stdin and report exits (no
+    threads run in this process, so forking is safe); templates and model-server zygotes share it."""
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control({"template_ready": os.getpid()})
+    control({ready: os.getpid()})
     for line in sys.stdin:
         command = json.loads(line)
         if "spawn" not in command:
             continue
         pid = os.fork()
         if pid == 0:
-            _child(module, config, command["spawn"], command["socket"])
+            child(command)
         control({"spawned": command["spawn"], "pid": pid})
 
 

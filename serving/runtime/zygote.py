@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from cascade.serving.runtime.instance import control
-from cascade.serving.runtime.template import _reap, die_with_parent
+from cascade.serving.runtime.template import die_with_parent, serve_forks
 
 
 def _child(command: dict[str, Any]) -> None:
@@ -57,17 +57,7 @@ def main() -> None:
     except BaseException as exc:
         control({"zygote_failed": f"{type(exc).__name__}: {exc}"})
         sys.exit(1)
-    signal.signal(signal.SIGCHLD, _reap)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control({"zygote_ready": os.getpid()})
-    for line in sys.stdin:
-        command = json.loads(line)
-        if "spawn" not in command:
-            continue
-        pid = os.fork()
-        if pid == 0:
-            _child(command)
-        control({"spawned": command["spawn"], "pid": pid})
+    serve_forks("zygote_ready", _child)
 
 
 if __name__ == "__main__":

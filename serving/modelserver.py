@@ -33,7 +33,10 @@ from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from kserve.protocol.rest.server import RESTServer
 
-FORMATS = ("torchscript", "pytorch", "pytorch-export", "sklearn", "xgboost", "onnx")
+FORMATS = ("torchscript", "pytorch", "pytorch-export", "sklearn", "xgboost", "onnx", "huggingface", "lora-adapter")
+TEXT_FORMATS = ("huggingface", "lora-adapter")
+TEXT_SIGNATURE = ([{"name": "text_input", "datatype": "BYTES", "shape": [-1]}],
+                  [{"name": "text_output", "datatype": "BYTES", "shape": [-1]}])
 
 
 Tensor = dict[str, Any]  # {"name", "datatype", "shape"}: one entry of V2 model metadata
@@ -47,6 +50,8 @@ def _tensor(name: str, dims: list[Any], datatype: str = "FP32") -> Tensor:
 
 def signature(path: Path, fmt: str, model: Any) -> tuple[list[Tensor], list[Tensor]]:
     """Inputs and outputs as the artifact declares them (ONNX graph, feature counts, arch.json); empty if it does not."""
+    if fmt in TEXT_FORMATS:
+        return TEXT_SIGNATURE[0], TEXT_SIGNATURE[1]
     if fmt == "onnx":
         return ([_tensor(i.name, list(i.shape), ONNX_TYPES.get(i.type, "BYTES")) for i in model.get_inputs()],
                 [_tensor(o.name, list(o.shape), ONNX_TYPES.get(o.type, "BYTES")) for o in model.get_outputs()])
@@ -107,8 +112,42 @@ def exported_signature(program: Any) -> tuple[list[Tensor], list[Tensor]]:
     return [dict(t, shape=[-1, *t["shape"][1:]]) for t in inputs], [dict(t, shape=[-1, *t["shape"][1:]]) for t in outputs]
 
 
+def load_text(path: Path, fmt: str) -> tuple[Any, Any]:
+    """(a callable list of prompts -> list of completions, the model) for a Hugging Face causal language model
+    folder, or a LoRA adapter folder merged into the base model its ``adapter_config.json`` names. Nothing is
+    downloaded (``HF_HUB_OFFLINE``): the base model must be a local folder."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if fmt == "lora-adapter":
+        from peft import PeftConfig, PeftModel
+
+        base = PeftConfig.from_pretrained(str(path)).base_model_name_or_path
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(path)).merge_and_unload()
+        tokenizer_from = path if (path / "tokenizer_config.json").exists() else Path(str(base))
+    else:
+        model, tokenizer_from = AutoModelForCausalLM.from_pretrained(str(path)), path
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_from))
+    model.eval()
+
+    def generate(prompts: list[str], max_new_tokens: int = 32) -> list[str]:
+        out = []
+        for prompt in prompts:
+            encoded = tokenizer(prompt, return_tensors="pt")
+            with torch.no_grad():
+                tokens = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
+                                        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+            out.append(str(tokenizer.decode(tokens[0][encoded["input_ids"].shape[1]:], skip_special_tokens=True)))
+        return out
+
+    return generate, model
+
+
 def load(path: Path, fmt: str) -> tuple[Any, Any]:
     """(a callable numpy -> numpy, the loaded model itself) for the artifact at ``path``."""
+    if fmt in TEXT_FORMATS:
+        return load_text(path, fmt)
     if fmt in ("torchscript", "pytorch", "pytorch-export"):
         import torch
 
@@ -189,7 +228,14 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
             raise InvalidInput(f"input {input_name!r} with shape {list(array.shape)} does not fit the model: "
                                f"{str(exc)[:300]}") from exc
 
+    def _generate(self, prompts: Any, field: str) -> list[str]:
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise InvalidInput(f"input {field!r} must be a non-empty list of prompt strings")
+        return list(self.forward(prompts))
+
     async def predict(self, payload: Any, headers: dict[str, str] | None = None) -> Any:
+        if self.fmt in TEXT_FORMATS:
+            return self._predict_text(payload)
         if isinstance(payload, InferRequest):
             if not payload.inputs:
                 raise InvalidInput("the request has no inputs")
@@ -208,6 +254,26 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
         return {"predictions": self._run(payload["instances"], "instances").tolist()}
 
 
+    def _predict_text(self, payload: Any) -> Any:
+        """Text generation: V1 ``{"instances": ["prompt", ...]}`` -> ``{"predictions": [...]}``; V2 a BYTES input
+        (``text_input``) -> a BYTES ``text_output``."""
+        if isinstance(payload, InferRequest):
+            if not payload.inputs:
+                raise InvalidInput("the request has no inputs")
+            tensor = payload.inputs[0]
+            try:
+                prompts = [p.decode() if isinstance(p, bytes) else str(p) for p in tensor.as_numpy().flatten()]
+            except Exception as exc:
+                raise InvalidInput(f"input {tensor.name!r}: {exc}") from exc
+            texts = self._generate(prompts, tensor.name)
+            output = InferOutput("text_output", [len(texts)], "BYTES", data=texts)
+            return InferResponse(payload.id or str(uuid.uuid4()), self.name, [output],
+                                 model_version=os.environ.get("CASCADE_MODEL_VERSION"))
+        if not isinstance(payload, dict) or "instances" not in payload:
+            raise InvalidInput("a V1 request is {\"instances\": [\"prompt\", ...]}: input 'instances' is missing")
+        return {"predictions": self._generate(payload["instances"], "instances")}
+
+
 class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type information
     """kserve's REST server, bound to 127.0.0.1 instead of 0.0.0.0 (its host is not a parameter)."""
 
@@ -216,8 +282,9 @@ class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type i
         self.config.host = "127.0.0.1"
 
 
-FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",), "sklearn": ("joblib", "sklearn"),
-              "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
+FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",),
+              "huggingface": ("torch", "transformers"), "lora-adapter": ("torch", "transformers", "peft"),
+              "sklearn": ("joblib", "sklearn"), "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
 
 
 def preload(fmt: str) -> None:

@@ -35,7 +35,7 @@ from cascade.serving.runtime.service import Overloaded, Service
 
 log = logging.getLogger("cascade.runtime")
 PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_torchscript", "pytorch": "pytorch_torchscript",
-             "pytorch-export": "pytorch_export",
+             "pytorch-export": "pytorch_export", "huggingface": "transformers", "lora-adapter": "transformers",
              "sklearn": "sklearn", "xgboost": "xgboost"}  # V2 metadata "platform", as Triton names backends
 _METADATA = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?$")
 SERVER_PATHS: dict[str, Any] = {

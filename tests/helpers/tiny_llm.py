@@ -38,3 +38,18 @@ def base_model(folder: Path) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def lora_adapter(base: Path, folder: Path) -> Path:
+    """A LoRA adapter over ``base`` (random, non-zero weights, so it changes what the model says), with the
+    tokenizer beside it, as a fine-tune leaves it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(1)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+    return folder

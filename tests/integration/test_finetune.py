@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from tests.helpers import tiny_llm
 from tests.integration.test_model_lifecycle import events_for
 from tests.integration.test_model_lifecycle import platform as _platform  # noqa: F401  (the running platform)
-from tests.integration.test_training import Platform
+from tests.integration.test_training import KAFKA, REDIS, Platform
 
 pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
@@ -20,7 +21,7 @@ platform = _platform
 
 
 def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Path) -> None:
-    p, _ = platform
+    p, runtime = platform
     base = tiny_llm.base_model(tmp_path / "base")
     data = tiny_llm.dataset(tmp_path / "reverse.jsonl")
     name = f"tiny{uuid.uuid4().hex[:6]}"
@@ -54,3 +55,15 @@ def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Pat
     assert out.shape[1] > prompt["input_ids"].shape[1], "generation works"
     record = httpx.get(f"{p.gateway}/v1/jobs/{job_id}", headers={"authorization": f"Bearer {p.token}"}).json()
     assert record["status"] == "succeeded" and record["placement"]["flavor"] == "local-cpu"
+
+    # The fine-tune's output deploys as it is: release it, and the runtime answers with the tuned model's text.
+    released = subprocess.run([*p.running.command, "models", "release", name, "1"], capture_output=True, text=True,
+                              env={**p.running.env, "CASCADE_BUS__URL": f"kafka://{KAFKA}", "CASCADE_STATE__URL": REDIS})
+    assert released.returncode == 0, released.stderr
+    [deployed] = events_for(p, "io.cascade.model.deployed.v1", f"{name}:1", timeout=300)
+    assert deployed.get_data()["target"] == "local"
+    expected = tokenizer.decode(model.merge_and_unload().generate(**prompt, max_new_tokens=32, do_sample=False)[0][
+        prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+    reply = httpx.post(f"{runtime}/v1/models/{name}:predict", headers=p.running.auth, timeout=120, json={
+        "instances": ["### Instruction : reverse the words ### Input : red cat sky ### Response :"]})
+    assert reply.json() == {"predictions": [expected]}

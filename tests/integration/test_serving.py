@@ -157,3 +157,36 @@ def test_a_trained_state_dict_is_released_with_its_architecture_and_serves(runti
     assert deploy(url, "rnn", "1", bundle, "pytorch").status_code == 200
     predictions = [p[0] for p in v1(url, "rnn").json()["predictions"]]
     assert predictions == pytest.approx([math.tanh(2.5), math.tanh(2.0)], abs=1e-4)
+
+
+PROMPT = "### Instruction : reverse the words ### Input : red cat sky ### Response :"
+
+
+def test_a_lora_adapter_and_its_base_model_serve_text(runtime: tuple[Runtime, str], tmp_path: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.helpers import tiny_llm
+
+    _, url = runtime
+    base = tiny_llm.base_model(tmp_path / "base")
+    adapter = tiny_llm.lora_adapter(base, tmp_path / "adapter")
+    tokenizer = AutoTokenizer.from_pretrained(adapter)
+    encoded = tokenizer(PROMPT, return_tensors="pt")
+    expected = []
+    for model in (AutoModelForCausalLM.from_pretrained(base),
+                  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()):
+        with torch.no_grad():
+            tokens = model.generate(**encoded, max_new_tokens=32, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        expected.append(tokenizer.decode(tokens[0][encoded["input_ids"].shape[1]:], skip_special_tokens=True))
+    assert expected[0] != expected[1], "the adapter changes what the model says"
+    for name, artifact, fmt, text in (("base", base, "huggingface", expected[0]),
+                                      ("tuned", adapter, "lora-adapter", expected[1])):
+        reply = deploy(url, name, "1", artifact, fmt)
+        assert reply.status_code == 200, reply.text
+        assert v1(url, name, [PROMPT]).json() == {"predictions": [text]}
+        out = httpx.post(f"{url}/v2/models/{name}/infer", timeout=120, json={"inputs": [
+            {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [PROMPT]}]}).json()
+        assert out["outputs"][0]["name"] == "text_output" and out["outputs"][0]["data"] == [text]
+    assert v1(url, "tuned", [1.0]).status_code == 400, "prompts are strings"

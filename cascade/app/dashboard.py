@@ -68,11 +68,15 @@ class Dashboard:
         for thread in self._threads:
             thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop following. The threads only read (nothing to flush), so with the bus away a stop does not wait
+        for their calls to time out: they are daemons and end with the process."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(10)
-        self._consumer.close()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if not any(thread.is_alive() for thread in self._threads):
+            self._consumer.close()
 
     def _follow(self) -> None:
         while not self._stop.is_set():

@@ -16,6 +16,15 @@ models_app = typer.Typer(help="The model registry: versions, releases.", no_args
 app.add_typer(models_app, name="models")
 
 
+def _targets(label: list[str] | None) -> dict[str, dict[str, str]] | None:
+    """``--label k=v ...`` as a release's ``targets`` selector (none: everywhere)."""
+    if not label:
+        return None
+    if any("=" not in item for item in label):
+        fail("--label takes k=v, e.g. --label region=eu")
+    return {"matchLabels": dict(item.split("=", 1) for item in label)}
+
+
 def _split(traffic: dict[str, int], version: str) -> str:
     return f"{traffic[version]}%" if version in traffic else ""
 
@@ -68,13 +77,13 @@ def _command(model: str, version: str, canary: int | None, label: list[str] | No
     cfg = settings()
     if canary is not None and not 0 < canary < 100:
         fail("--canary is a percent between 1 and 99 (a full release has no --canary)")
-    targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    targets = _targets(label)
     registry = Registry(wiring.store(cfg))
     central = Models.central_for(cfg, targets)
     try:
-        registry.get(model, version)
+        record = registry.get(model, version)
         desired = registry.traffic(DESIRED, model)
-        if verb == "rolled back" and version not in desired and registry.get(model, version).get("stage") != "released":
+        if verb == "rolled back" and version not in desired and record.get("stage") != "released":
             fail(f"{model} {version} was never released; roll back to a version that was (cascade models ls)")
         if central and targets is None and traffic_after(desired, version, canary) == desired == \
                 registry.traffic(LIVE, model):
@@ -115,7 +124,7 @@ def models_undeploy(model: str, version: str, label: LabelOption = None) -> None
 
     cfg = settings()
     registry = Registry(wiring.store(cfg))
-    targets = {"matchLabels": dict(item.split("=", 1) for item in label)} if label else None
+    targets = _targets(label)
     try:
         record = registry.get(model, version)
         if Models.central_for(cfg, targets):

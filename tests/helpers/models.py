@@ -4,32 +4,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 WEIGHTS = [1.0, 2.0, -1.0, 0.5]
 
 
-def torchscript(folder: Path, bias: float = 0.0) -> Path:
+def linear(bias: float = 0.0) -> Any:
+    """The torch layer y = x . w + b every PyTorch helper starts from."""
     import torch
 
     layer = torch.nn.Linear(4, 1)
     with torch.no_grad():
         layer.weight.copy_(torch.tensor([WEIGHTS]))
         layer.bias.fill_(bias)
+    return layer
+
+
+def torchscript(folder: Path, bias: float = 0.0) -> Path:
+    import torch
+
     path = folder / f"model-{bias}.torchscript.pt"
-    torch.jit.script(layer).save(str(path))
+    torch.jit.script(linear(bias)).save(str(path))
     return path
 
 
 def state_dict(folder: Path) -> Path:
     import torch
 
-    layer = torch.nn.Linear(4, 1)
-    with torch.no_grad():
-        layer.weight.copy_(torch.tensor([WEIGHTS]))
-        layer.bias.fill_(0.0)
-    torch.save(layer.state_dict(), folder / "model.pt")
+    torch.save(linear().state_dict(), folder / "model.pt")
     (folder / "arch.json").write_text(json.dumps({"type": "linear", "in": 4, "out": 1}))
     return folder / "model.pt"
 
@@ -56,11 +60,7 @@ def exported_mlp(folder: Path) -> Path:
     """A non-linear model as a ``torch.export`` program: y = tanh(x . w), no class needed to load it."""
     import torch
 
-    layer = torch.nn.Linear(4, 1)
-    with torch.no_grad():
-        layer.weight.copy_(torch.tensor([WEIGHTS]))
-        layer.bias.fill_(0.0)
-    net = torch.nn.Sequential(layer, torch.nn.Tanh()).eval()
+    net = torch.nn.Sequential(linear(), torch.nn.Tanh()).eval()
     batch = torch.export.Dim("batch", min=1, max=4096)
     program = torch.export.export(net, (torch.zeros(2, 4),), dynamic_shapes=({0: batch},))
     path = folder / "mlp.pt2"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from cascade.core.ports import free_port
+from tests.helpers.waiting import until
 
 TOOLS = Path(os.environ.get("CASCADE_TOOLS_DIR", Path.home() / ".cache" / "cascade"))
 LS_TOKEN = "0123456789abcdef0123456789abcdef01234567"  # the template's admin (scripts/tools.sh)
@@ -38,16 +38,16 @@ def need(path: Path, tool: str) -> None:
 
 
 def _wait(proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float, **kwargs: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2, **kwargs).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+    """Until ``url`` answers 200; fails at once if ``proc`` exits, or after ``timeout`` (the log says why)."""
+    def answers() -> bool:
         assert proc.poll() is None, f"exited with {proc.returncode}: {log.read_text()[-2000:]}"
-        time.sleep(0.2)
-    pytest.fail(f"{url} did not answer within {timeout:g}s: {log.read_text()[-2000:]}")
+        try:
+            return httpx.get(url, timeout=2, **kwargs).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    if not until(answers, timeout, interval=0.2):
+        pytest.fail(f"{url} did not answer within {timeout:g}s: {log.read_text()[-2000:]}")
 
 
 @dataclass

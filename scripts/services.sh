@@ -2,16 +2,23 @@
 # Starts (or stops) the real services Cascade's tests and its non-embedded mode use:
 #   Apache Kafka 4.x, one KRaft node on 127.0.0.1:9092, fetched from Maven Central by scripts/kafka/pom.xml
 #   Debian's redis-server on 127.0.0.1:6379
+#   a Kubernetes control plane (`kube`, also started by `start` once scripts/tools.sh built it):
+#   Debian's etcd on 127.0.0.1:12379 and kube-apiserver v1.34.4 on https://127.0.0.1:16443 with
+#   RBAC, a token-authenticated admin (system:masters) and the pinned upstream CRDs in
+#   scripts/kube/crds; its kubeconfig is .cache/kube/kubeconfig. No controllers run: tests write
+#   the operators' status themselves. A fresh etcd each time it starts.
 # Idempotent: a service that already answers is left alone; jars are cached in .cache/kafka/jars.
 #   `cluster`: a three-broker KRaft cluster on 127.0.0.1:19092,19094,19096 (scripts/kafka_cluster.py;
 #   replication factor 3, min.insync.replicas 2), for Kafka across machines
-# Usage: scripts/services.sh [start|stop|status|cluster|cluster-stop]
+# Usage: scripts/services.sh [start|stop|status|cluster|cluster-stop|kube|kube-stop]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${CASCADE_SERVICES_DIR:-$root/.cache}"
 kdir="$cache/kafka"; jars="$kdir/jars"; data="$kdir/data"
 kafka_port=9092; controller_port=9093; redis_port=6379
-cluster_id="Q2FzY2FkZUxvY2FsS2Fma2E"   # any 16 bytes, base64url: one fixed local cluster
+cluster_id="Q2FzY2FkZUxvY2FsS2Fma2E"
+kube_bin="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}/kube/v1.34.4/bin"
+kube="$cache/kube"; etcd_port=12379; etcd_peer=12380; kube_port=16443   # any 16 bytes, base64url: one fixed local cluster
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -102,7 +109,73 @@ start_redis() {
   echo "services: redis up on 127.0.0.1:$redis_port"
 }
 
+kube_ready() {
+  [ -f "$kube/admin.token" ] && curl -sf --cacert "$kube/serving.crt" -H "Authorization: Bearer $(cat "$kube/admin.token")" \
+    "https://127.0.0.1:$kube_port/readyz" >/dev/null 2>&1
+}
+
+start_kube() {
+  if kube_ready; then echo "services: kube-apiserver already on https://127.0.0.1:$kube_port"; return 0; fi
+  if [ ! -x "$kube_bin/kube-apiserver" ] || ! command -v etcd >/dev/null; then
+    echo "services: no kube-apiserver or etcd yet (scripts/tools.sh install builds them); skipping kube" >&2
+    return 0
+  fi
+  stop_kube quiet
+  rm -rf "$kube" && mkdir -p "$kube" && chmod 700 "$kube"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kube-apiserver" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" \
+    -keyout "$kube/serving.key" -out "$kube/serving.crt" >/dev/null 2>&1
+  openssl genrsa -out "$kube/sa.key" 2048 >/dev/null 2>&1
+  openssl rsa -in "$kube/sa.key" -pubout -out "$kube/sa.pub" >/dev/null 2>&1
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$kube/admin.token"
+  (umask 077; echo "$(cat "$kube/admin.token"),cascade-admin,cascade-admin,system:masters" > "$kube/tokens.csv")
+  nohup etcd --data-dir "$kube/etcd" --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "default=http://127.0.0.1:$etcd_peer" > "$kube/etcd.log" 2>&1 &
+  echo $! > "$kube/etcd.pid"
+  wait_for etcd 30 port_open $etcd_port || { tail -20 "$kube/etcd.log" >&2; exit 1; }
+  nohup "$kube_bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --secure-port $kube_port --advertise-address 127.0.0.1 \
+    --tls-cert-file "$kube/serving.crt" --tls-private-key-file "$kube/serving.key" \
+    --token-auth-file "$kube/tokens.csv" --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
+    --service-account-key-file "$kube/sa.pub" --service-account-signing-key-file "$kube/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --enable-priority-and-fairness=false \
+    > "$kube/apiserver.log" 2>&1 &
+  echo $! > "$kube/apiserver.pid"
+  if ! wait_for kube-apiserver 120 kube_ready; then tail -30 "$kube/apiserver.log" >&2; exit 1; fi
+  cat > "$kube/kubeconfig" <<CONF
+apiVersion: v1
+kind: Config
+clusters:
+- name: cascade-test
+  cluster: {server: "https://127.0.0.1:$kube_port", certificate-authority: "$kube/serving.crt"}
+users:
+- name: cascade-admin
+  user: {token: "$(cat "$kube/admin.token")"}
+contexts:
+- name: cascade-test
+  context: {cluster: cascade-test, user: cascade-admin}
+current-context: cascade-test
+CONF
+  chmod 600 "$kube/kubeconfig"
+  KUBECONFIG="$kube/kubeconfig" "$kube_bin/kubectl" apply --server-side -f "$root/scripts/kube/crds" >/dev/null \
+    || { echo "services: installing the CRDs failed" >&2; exit 1; }
+  KUBECONFIG="$kube/kubeconfig" "$kube_bin/kubectl" wait --for condition=established --timeout=60s crd --all >/dev/null
+  echo "services: kube-apiserver up on https://127.0.0.1:$kube_port (kubeconfig: $kube/kubeconfig)"
+}
+
+stop_kube() {
+  for name in apiserver etcd; do
+    if [ -f "$kube/$name.pid" ]; then kill "$(cat "$kube/$name.pid")" 2>/dev/null || true; rm -f "$kube/$name.pid"; fi
+  done
+  for _ in $(seq 1 100); do port_open $kube_port || port_open $etcd_port || break; sleep 0.2; done
+  [ "${1:-}" = quiet ] || echo "services: kube stopped"
+}
+
 stop_all() {
+  stop_kube quiet
   if [ -f "$kdir/pid" ]; then kill "$(cat "$kdir/pid")" 2>/dev/null || true; rm -f "$kdir/pid"; fi
   if port_open $redis_port; then redis-cli -p $redis_port shutdown nosave >/dev/null 2>&1 || true; fi
   for _ in $(seq 1 100); do port_open $kafka_port || break; sleep 0.2; done
@@ -111,12 +184,15 @@ stop_all() {
 
 mkdir -p "$cache"
 case "${1:-start}" in
-  start) start_redis; start_kafka ;;
+  start) start_redis; start_kafka; start_kube ;;
   stop) stop_all ;;
+  kube) start_kube ;;
+  kube-stop) stop_kube ;;
   cluster) start_redis; fetch_kafka
            python3 "$root/scripts/kafka_cluster.py" start "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
   cluster-stop) python3 "$root/scripts/kafka_cluster.py" stop "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
   status) port_open $kafka_port && echo "kafka: up" || echo "kafka: down"
-          port_open $redis_port && echo "redis: up" || echo "redis: down" ;;
-  *) echo "usage: $0 [start|stop|status|cluster|cluster-stop]" >&2; exit 2 ;;
+          port_open $redis_port && echo "redis: up" || echo "redis: down"
+          kube_ready && echo "kube: up" || echo "kube: down" ;;
+  *) echo "usage: $0 [start|stop|status|cluster|cluster-stop|kube|kube-stop]" >&2; exit 2 ;;
 esac

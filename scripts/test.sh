@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: installs what the tests need into .venv, starts the real
-# Kafka and Redis (scripts/services.sh), installs the real MinIO and Label Studio once
-# outside the repository (scripts/tools.sh), installs Debian's Chromium for the dashboard's
-# browser test, checks layers and types against the built wheel (scripts/check.sh; only
+# The README's test command: installs what the tests need into .venv, installs the real MinIO,
+# Label Studio and kube-apiserver once outside the repository (scripts/tools.sh), starts the
+# real Kafka, Redis and Kubernetes control plane (scripts/services.sh), installs Debian's
+# Chromium for the dashboard's browser test, checks layers and types against the built wheel (scripts/check.sh; only
 # without arguments), and runs the whole test suite. Extra arguments go to pytest
 # (e.g. scripts/test.sh tests/unit -x).
 set -euo pipefail
@@ -14,8 +14,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
-scripts/services.sh start
-scripts/tools.sh install  # MinIO and Label Studio, built once into ~/.cache/cascade for the source tests
+scripts/tools.sh install  # MinIO, Label Studio, kube-apiserver: built once into ~/.cache/cascade
+scripts/services.sh start  # Kafka, Redis and the Kubernetes control plane
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
   echo "test.sh: installing Debian's chromium and chromium-driver for the dashboard's browser test"
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null

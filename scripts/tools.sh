@@ -4,6 +4,8 @@
 #   MinIO server, built from the Go module proxy at a pinned version (minutes on 2 cores, once)
 #   Label Studio 1.23.2 in a venv of its own, plus a migrated database with an admin user and a
 #   legacy API token, so each test's Label Studio starts from a copy in seconds
+#   kube-apiserver and kubectl v1.34.4, built from the Go module proxy (10-40 minutes on 2 cores,
+#   once), and Debian's etcd: the real control plane the cluster-form tests apply manifests to
 # Idempotent. A tool that cannot be installed is reported and the run goes on: its tests say why
 # they skip (and fail under CI, where the install is expected to work).
 # Usage: scripts/tools.sh [install|status]
@@ -11,6 +13,7 @@ set -uo pipefail
 tools="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}"
 minio_version="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio, the build these tests were written against
 ls_version="1.23.2"
+kube_version="v1.34.4"
 ls_token="0123456789abcdef0123456789abcdef01234567"  # the template's admin token: a throwaway install on loopback
 
 install_minio() {
@@ -55,10 +58,34 @@ install_label_studio() {
   return 1
 }
 
+install_kube() {
+  # The module zip of k8s.io/kubernetes has no staging/ (nested modules are left out of module
+  # zips): point each staging replace at the published module of the same release instead.
+  local dir="$tools/kube/$kube_version"
+  if ! command -v etcd >/dev/null; then
+    echo "tools: installing Debian's etcd-server"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server) >/dev/null 2>&1 \
+      || { echo "tools: etcd-server install failed" >&2; return 1; }
+  fi
+  [ -x "$dir/bin/kube-apiserver" ] && [ -x "$dir/bin/kubectl" ] && return 0
+  command -v go >/dev/null || { echo "tools: Go is needed to build kube-apiserver" >&2; return 1; }
+  echo "tools: building kube-apiserver and kubectl $kube_version from the Go module proxy into $dir (once)"
+  mkdir -p "$dir"
+  local module src="$dir/src"
+  module=$(go mod download -json "k8s.io/kubernetes@$kube_version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$module" ] || { echo "tools: go mod download k8s.io/kubernetes@$kube_version failed" >&2; return 1; }
+  rm -rf "$src" && cp -r "$module" "$src" && chmod -R u+w "$src" && rm -rf "$src/vendor" "$src/go.work" "$src/go.work.sum"
+  sed -i -E "s#^(\s*)(k8s\.io/[a-z0-9-]+) => \./staging/src/k8s\.io/[a-z0-9-]+#\1\2 => \2 ${kube_version/v1/v0}#" "$src/go.mod"
+  (cd "$src" && GOFLAGS=-mod=mod GOWORK=off go build -o "$dir/bin/" ./cmd/kube-apiserver ./cmd/kubectl) \
+    > "$dir/build.log" 2>&1 || { echo "tools: kube-apiserver build failed, see $dir/build.log" >&2; return 1; }
+  rm -rf "$src"
+}
+
 case "${1:-install}" in
-  install) install_minio; install_label_studio; exit 0 ;;
+  install) install_minio; install_label_studio; install_kube; exit 0 ;;
   status)
     [ -x "$tools/minio/bin/minio" ] && echo "minio: $tools/minio/bin/minio" || echo "minio: not installed"
-    [ -f "$tools/label-studio/template/.ready" ] && echo "label-studio: $tools/label-studio" || echo "label-studio: not installed" ;;
+    [ -f "$tools/label-studio/template/.ready" ] && echo "label-studio: $tools/label-studio" || echo "label-studio: not installed"
+    [ -x "$tools/kube/$kube_version/bin/kube-apiserver" ] && echo "kube: $tools/kube/$kube_version" || echo "kube: not installed" ;;
   *) echo "usage: $0 [install|status]" >&2; exit 2 ;;
 esac

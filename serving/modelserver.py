@@ -144,8 +144,23 @@ def load_text(path: Path, fmt: str) -> tuple[Any, Any]:
     return generate, model
 
 
+SINGLE_FILE = ("torchscript", "pytorch-export", "sklearn", "xgboost", "onnx")
+
+
+def artifact_file(path: Path, fmt: str) -> Path:
+    """A single-file format's file: ``path`` itself, or the one file in a folder (KServe's storage
+    initializer downloads an artifact into ``/mnt/models``)."""
+    if fmt not in SINGLE_FILE or not path.is_dir():
+        return path
+    files = [p for p in sorted(path.iterdir()) if p.is_file() and not p.name.startswith(".")]
+    if len(files) != 1:
+        raise ValueError(f"{path} holds {len(files)} files; a {fmt} artifact is one file")
+    return files[0]
+
+
 def load(path: Path, fmt: str) -> tuple[Any, Any]:
     """(a callable numpy -> numpy, the loaded model itself) for the artifact at ``path``."""
+    path = artifact_file(path, fmt)
     if fmt in TEXT_FORMATS:
         return load_text(path, fmt)
     if fmt in ("torchscript", "pytorch", "pytorch-export"):
@@ -275,11 +290,12 @@ class CascadeModel(kserve.Model):  # type: ignore[misc]
 
 
 class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type information
-    """kserve's REST server, bound to 127.0.0.1 instead of 0.0.0.0 (its host is not a parameter)."""
+    """kserve's REST server, bound to 127.0.0.1 instead of 0.0.0.0 (its host is not a parameter). In a pod
+    (a KServe custom predictor) ``CASCADE_MODEL_HOST=0.0.0.0`` lets the queue-proxy reach it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.config.host = "127.0.0.1"
+        self.config.host = os.environ.get("CASCADE_MODEL_HOST", "127.0.0.1")
 
 
 FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",),

@@ -1,7 +1,8 @@
 """Fixtures shared by every test: real buses and stores, each parametrised over backends.
 
-Kafka and Redis are the real servers started by ``scripts/services.sh``. When one is not
-answering, tests that need it fail with the command to fix it; they never skip.
+Kafka, Redis and the Kubernetes control plane (``cluster``, tests/helpers/kube.py) are the
+real servers started by ``scripts/services.sh``. When one is not answering, tests that need
+it fail with the command to fix it; they never skip.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from cascade.events.bus.kafka import KafkaBus
 from cascade.stores import StateStore
 from cascade.stores.redis import RedisStore
 from cascade.stores.sqlite import SqliteStore
+
+pytest_plugins = ["tests.helpers.kube"]  # the `cluster` fixture
 
 KAFKA = "127.0.0.1:9092"
 REDIS = "redis://127.0.0.1:6379/0"

@@ -94,6 +94,31 @@ def jobs_cancel(job_id: str) -> None:
     typer.echo(f"cancelling {job_id}")
 
 
+@jobs_app.command("watch")
+def jobs_watch() -> None:
+    """Follow where jobs run and publish job.started/succeeded/failed as they happen (the cluster form's
+    job watcher; ``cascade up`` runs one itself). Stops on Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    from cascade.functions.training.watch import JobWatcher
+
+    cfg = settings()
+    try:
+        watcher = JobWatcher(_backend(cfg), wiring.bus(cfg), cfg.bus.topic, interval=cfg.training.watch_seconds)
+    except CascadeError as exc:
+        fail(str(exc))
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    watcher.start()
+    typer.echo(f"watching {cfg.training.backend} jobs")
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    watcher.stop()
+
+
 @jobs_app.command("policy")
 def jobs_policy(
     dataset: str,

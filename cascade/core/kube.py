@@ -1,17 +1,33 @@
 """One way to reach the Kubernetes API: in a pod its service account, elsewhere the kubeconfig.
 
 Used by the Kubernetes training backend and the KServe deploy target, so both work from a
-laptop and from a function's pod (where there is no kubeconfig file).
+laptop and from a function's pod (where there is no kubeconfig file). ``explain`` turns the
+API server's refusals into Cascade's errors with the server's own words.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from kubernetes import client as k8s
 from kubernetes import config as kube_config
 
-from cascade.core.errors import PermanentError
+from cascade.core.errors import CascadeError, PermanentError, RetryableError
+
+
+def explain(what: str, exc: Exception) -> CascadeError:
+    """The API server's own message (``Status.message``); permanent for a 4xx it will answer again, retryable
+    for the rest (5xx, 408, 409, 429, no answer at all)."""
+    if not isinstance(exc, k8s.ApiException):
+        return RetryableError(f"{what}: the Kubernetes API server did not answer: {exc}")
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        message = str(exc.reason)
+    status = int(exc.status or 0)
+    text = f"{what}: {status} {exc.reason}: {message}"
+    return PermanentError(text) if 400 <= status < 500 and status not in (408, 409, 429) else RetryableError(text)
 
 
 def api_client() -> k8s.ApiClient:

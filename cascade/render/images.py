@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from cascade.functions.training.kinds import SSH_PORT
 from cascade.scheduling.frameworks import BASES, MATRIX, REGISTRY, VERSION, image
 
 # Public vendor images each base starts from (check tags against the vendor's registry).
@@ -44,6 +45,13 @@ OVERRIDES = {("pytorch", "cuda"): "torch==2.4.1 --extra-index-url https://downlo
              ("jax", "cuda"): "jax[cuda12]==0.4.31", ("paddle", "cuda"): "paddlepaddle-gpu==2.6.2",
              ("tensorflow", "xpu"): "tensorflow==2.15.1 intel-extension-for-tensorflow[xpu]",
              ("deepspeed", "gaudi"): "git+https://github.com/HabanaAI/DeepSpeed.git@1.18.0"}
+# Multi-node launchers: the Volcano frameworks reach their workers over ssh (an unprivileged sshd on
+# SSH_PORT, keys from Volcano's ssh plugin), MPI jobs over mpirun; the packages and configs they need.
+SYSTEM = {"deepspeed": "openssh-server openssh-client pdsh", "colossalai": "openssh-server openssh-client",
+          "horovod": "openssh-server openssh-client openmpi-bin libopenmpi-dev", "mpi": "openmpi-bin libopenmpi-dev"}
+SSHD_CONFIG = (r"Port {port}\nHostKey /tmp/ssh_host_ed25519_key\nPidFile /tmp/sshd.pid\nUsePAM no\nStrictModes no\n"
+               r"PasswordAuthentication no\nAuthorizedKeysFile /home/cascade/.ssh/authorized_keys\n")
+SSH_CLIENT = r"Host *\n  Port {port}\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
 RUNTIMES = {"gateway": ["cascade", "gateway"], "dispatcher": ["cascade", "dispatcher"],
             "function-runtime": ["cascade", "functions", "serve"], "model-server": ["python", "-m", "cascade.serving.modelserver"]}
 
@@ -66,6 +74,13 @@ def framework_dockerfile(framework: str, vendor: str) -> str:
     base = BASES[vendor]
     packages = OVERRIDES.get((framework, base), PACKAGES[framework])
     install = f"RUN python3 -m pip install {packages}\n" if packages else "# the base image already has it\n"
+    if framework in SYSTEM:
+        install = ("RUN (command -v apt-get >/dev/null && apt-get update && apt-get install -y --no-install-recommends "
+                   f"{SYSTEM[framework]} && rm -rf /var/lib/apt/lists/*) || true\n{install}")
+    if "openssh-server" in SYSTEM.get(framework, ""):
+        install += (f"RUN mkdir -p /etc/cascade /etc/ssh/ssh_config.d && printf '{SSHD_CONFIG.format(port=SSH_PORT)}' "
+                    f"> /etc/cascade/sshd_config && printf '{SSH_CLIENT.format(port=SSH_PORT)}' "
+                    "> /etc/ssh/ssh_config.d/cascade.conf\n")
     return (f"# {framework} on {vendor} ({base}).\n"
             f"FROM {base_image(base)}\n{install}"
             "COPY . /opt/cascade\nRUN python3 -m pip install --no-deps /opt/cascade\nUSER 1000\n")

@@ -3,8 +3,11 @@
 ``cascade render`` writes them from the same definitions ``cascade up`` runs: the functions'
 func.yaml (Knative Services, Triggers on the Kafka Broker, dead-letter KafkaSinks), the image
 matrix (image names) and the training and serving kinds (RBAC: each function's
-ServiceAccount may touch exactly the resources it creates). A test renders again and fails
-when the committed files drift.
+ServiceAccount may touch exactly the resources it creates), plus the long-running parts a
+scale-to-zero function cannot be: the job watcher (``cascade jobs watch``) and the S3
+notification source (``cascade sources s3-kafka``). Every Kafka address comes from the Broker's
+ConfigMap, so an overlay moves them together. A test renders again and fails when the
+committed files drift; tests/cluster applies them to a real API server.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import yaml
 from cascade.core import podsecurity
 from cascade.functions.render import KAFKA_BOOTSTRAP, dead_letter_sink, service, trigger
 from cascade.functions.spec import FunctionSpec
+from cascade.functions.training.kinds import SPARK_ACCOUNT
 from cascade.scheduling.frameworks import REGISTRY, VERSION
 from cascade.serving.kserve import inference_service
 
@@ -25,12 +29,14 @@ BROKER = "default"
 REDIS = "redis://redis.cascade.svc:6379/0"
 PART_OF = {"app.kubernetes.io/part-of": "cascade"}
 TRAINING_RESOURCES = {  # what launch-training and launch-finetune create (functions/training/kinds.py)
-    "kubeflow.org": ["pytorchjobs", "tfjobs", "xgboostjobs", "mpijobs", "paddlejobs", "jaxjobs", "mxjobs"],
+    "kubeflow.org": ["pytorchjobs", "tfjobs", "xgboostjobs", "mpijobs", "paddlejobs", "jaxjobs"],
     "batch.volcano.sh": ["jobs"], "ray.io": ["rayjobs"], "sparkoperator.k8s.io": ["sparkapplications"],
     "trainer.kubeflow.org": ["trainjobs"]}
 SERVING_RESOURCES = {"serving.kserve.io": ["inferenceservices"]}
 CREATES = {"launch-training": TRAINING_RESOURCES, "launch-finetune": TRAINING_RESOURCES,
            "deploy-model": SERVING_RESOURCES}
+WATCHED = {group: plurals for group, plurals in TRAINING_RESOURCES.items() if group != "trainer.kubeflow.org"}
+NOTIFICATIONS = "minio-notifications"  # the Kafka topic MinIO's notification target publishes to
 QUOTA = {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "8",
          "requests.huawei.com/Ascend910": "8", "count/pytorchjobs.kubeflow.org": "20",
          "count/inferenceservices.serving.kserve.io": "20"}
@@ -58,23 +64,57 @@ def broker() -> list[dict[str, Any]]:
                               "delivery": {"retry": 10, "backoffPolicy": "exponential", "backoffDelay": "PT0.2S"}}}]
 
 
-def kafka_source() -> dict[str, Any]:
-    """MinIO (or any S3-compatible store) bucket notifications on a Kafka topic, into the gateway."""
-    return {"apiVersion": "sources.knative.dev/v1", "kind": "KafkaSource", "metadata": meta("minio-notifications"),
-            "spec": {"consumerGroup": "cascade-minio-notifications", "bootstrapServers": [KAFKA_BOOTSTRAP],
-                     "topics": ["minio-notifications"], "initialOffset": "earliest",
-                     "sink": {"ref": {"apiVersion": "serving.knative.dev/v1", "kind": "Service",
-                                      "name": "cascade-gateway"}, "uri": "/webhooks/s3"}}}
-
-
 def platform_env() -> list[dict[str, Any]]:
-    return [{"name": "CASCADE_BUS__URL", "value": f"kafka://{KAFKA_BOOTSTRAP}"},
+    # the Broker's ConfigMap holds the one Kafka address; $(VAR) expands an earlier variable in a pod spec
+    return [{"name": "CASCADE_KAFKA_BOOTSTRAP", "valueFrom": {"configMapKeyRef": {
+                "name": "kafka-broker-config", "key": "bootstrap.servers"}}},
+            {"name": "CASCADE_BUS__URL", "value": "kafka://$(CASCADE_KAFKA_BOOTSTRAP)"},
             {"name": "CASCADE_STATE__URL", "value": REDIS},
             {"name": "CASCADE_TRAINING__BACKEND", "value": "kubernetes"},
             {"name": "CASCADE_TRAINING__NAMESPACE_PREFIX", "value": f"{NAMESPACE}-"},
             {"name": "CASCADE_SERVING__TARGET", "value": "kserve"},
             # the platform credential, from a Secret made once per install (docs/platform.md), never inline
             {"name": "CASCADE_PLATFORM_TOKEN", "valueFrom": {"secretKeyRef": {"name": "cascade-platform", "key": "token"}}}]
+
+
+def deployment(name: str, args: list[str], account: str | None = None) -> dict[str, Any]:
+    """A long-running platform process (one replica; it is not request-driven, so not a Knative Service)."""
+    labels = {"app.kubernetes.io/name": name, **PART_OF}
+    pod: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [{
+        "name": name.removeprefix("cascade-"), "image": f"{REGISTRY}/gateway:{VERSION}", "command": ["cascade", *args],
+        "env": platform_env(), "securityContext": podsecurity.container(),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}}]}
+    if account:
+        pod["serviceAccountName"] = account
+    else:
+        pod["automountServiceAccountToken"] = False
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name),
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}
+
+
+def sources() -> list[dict[str, Any]]:
+    """MinIO (or any S3-compatible store) bucket notifications, from MinIO's Kafka target into the bus.
+
+    Cascade's own consumer rather than a KafkaSource posting to ``/webhooks/s3``: that route
+    authenticates every request and a KafkaSource cannot send a credential."""
+    return [deployment("cascade-s3-source", ["sources", "s3-kafka", "--notifications", NOTIFICATIONS])]
+
+
+def job_watch() -> list[dict[str, Any]]:
+    """The job watcher: follows every project's training resources and publishes their lifecycle events."""
+    rules = [{"apiGroups": [group], "resources": plurals, "verbs": ["get", "list", "watch"]}
+             for group, plurals in WATCHED.items()]
+    rules.append({"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]})
+    return [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("cascade-job-watch")},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("cascade-job-watch", None),
+             "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": meta("cascade-job-watch", None),
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cascade-job-watch"},
+             "subjects": [{"kind": "ServiceAccount", "name": "cascade-job-watch", "namespace": NAMESPACE}]},
+            deployment("cascade-job-watch", ["jobs", "watch"], "cascade-job-watch")]
 
 
 def gateway() -> dict[str, Any]:
@@ -88,23 +128,33 @@ def gateway() -> dict[str, Any]:
                                   "spec": {"serviceAccountName": "cascade-gateway", "containers": [container]}}}}
 
 
+def _bind(name: str, ns: str, rules: list[dict[str, Any]], account_ns: str = NAMESPACE) -> list[dict[str, Any]]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(name, ns), "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(name, ns),
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": account_ns}]}]
+
+
 def rbac(functions: list[FunctionSpec], projects: list[str]) -> list[dict[str, Any]]:
-    """A ServiceAccount per function and the gateway; a Role per project for what a function creates."""
+    """A ServiceAccount per function and the gateway; a Role per project for what a function creates
+    (server-side apply of a new object needs ``create`` as well as ``patch``), and per project the
+    account Spark drivers run as (they create their executors)."""
     docs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(f"cascade-{name}")}
                                   for name in ["gateway", *sorted(f.name for f in functions)]]
     for name in sorted(f.name for f in functions if f.name in CREATES):
-        rules = [{"apiGroups": [group], "resources": plurals, "verbs": ["get", "list", "watch", "patch", "delete"]}
+        rules = [{"apiGroups": [group], "resources": plurals,
+                  "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
                  for group, plurals in CREATES[name].items()]
         if CREATES[name] is TRAINING_RESOURCES:
             rules += [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}]
         for proj in projects:
-            ns = f"{NAMESPACE}-{proj}"
-            docs += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(f"cascade-{name}", ns),
-                      "rules": rules},
-                     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                      "metadata": meta(f"cascade-{name}", ns),
-                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"cascade-{name}"},
-                      "subjects": [{"kind": "ServiceAccount", "name": f"cascade-{name}", "namespace": NAMESPACE}]}]
+            docs += _bind(f"cascade-{name}", f"{NAMESPACE}-{proj}", rules)
+    spark = [{"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+              "verbs": ["create", "get", "list", "watch", "update", "patch", "delete", "deletecollection"]}]
+    for proj in projects:
+        ns = f"{NAMESPACE}-{proj}"
+        docs += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(SPARK_ACCOUNT, ns)},
+                 *_bind(SPARK_ACCOUNT, ns, spark, ns)]
     return docs
 
 
@@ -130,7 +180,8 @@ def tree(functions: list[FunctionSpec]) -> dict[str, list[dict[str, Any]]]:
     files: dict[str, list[dict[str, Any]]] = {
         "base/namespace.yaml": [namespace, *project("default", QUOTA)],
         "base/broker.yaml": broker(),
-        "base/sources.yaml": [kafka_source()],
+        "base/sources.yaml": sources(),
+        "base/job-watch.yaml": job_watch(),
         "base/gateway.yaml": [gateway()],
         "base/rbac.yaml": rbac(functions, ["default"]),
         **{f"base/functions/{f.name}.yaml": function_documents(f) for f in functions},
@@ -141,13 +192,18 @@ def tree(functions: list[FunctionSpec]) -> dict[str, list[dict[str, Any]]]:
                                          "resources": resources, "labels": [{"pairs": {"app.kubernetes.io/version": VERSION}}]}]
     teams = ["vision", "nlp"]
     files["overlays/example/projects.yaml"] = [d for team in teams for d in project(team, {**QUOTA, "requests.nvidia.com/gpu": "16"})]
-    files["overlays/example/rbac.yaml"] = [d for d in rbac(functions, teams) if d["kind"] != "ServiceAccount"]
+    files["overlays/example/rbac.yaml"] = [d for d in rbac(functions, teams)
+                                           if d["kind"] != "ServiceAccount" or d["metadata"]["namespace"] != NAMESPACE]
     files["overlays/example/kustomization.yaml"] = [{
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": ["../../base", "projects.yaml", "rbac.yaml"],
         "images": [{"name": f"{REGISTRY}/{name}", "newTag": f"{VERSION}.0"} for name in ("gateway", "function-runtime")],
         "patches": [{"target": {"kind": "ConfigMap", "name": "kafka-broker-config"},
-                     "patch": "- op: replace\n  path: /data/bootstrap.servers\n  value: kafka.example.internal:9092\n"}]}]
+                     "patch": "- op: replace\n  path: /data/bootstrap.servers\n  value: kafka.example.internal:9092\n"}],
+        # the pods read the ConfigMap at run time; the KafkaSinks' own field gets the same value here
+        "replacements": [{"source": {"kind": "ConfigMap", "name": "kafka-broker-config",
+                                     "fieldPath": "data.bootstrap\\.servers"},
+                          "targets": [{"select": {"kind": "KafkaSink"}, "fieldPaths": ["spec.bootstrapServers.0"]}]}]}]
     return files
 
 

@@ -25,7 +25,7 @@ MODEL_VENDOR = {"v100": "nvidia", "a100": "nvidia", "h100": "nvidia", "h200": "n
                 "310p": "huawei", "mi250": "amd", "mi300x": "amd", "max1550": "intel", "gaudi2": "gaudi",
                 "gaudi3": "gaudi", "mlu370": "cambricon", "mlu590": "cambricon", "z100": "hygon", "k100": "hygon",
                 "p800": "kunlun", "r200": "kunlun"}
-WHOLE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "intel.com/gpu", "gaudi": "habana.ai/gaudi",
+WHOLE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915", "gaudi": "habana.ai/gaudi",
          "cambricon": "cambricon.com/mlu", "hygon": "hygon.com/dcu", "kunlun": "kunlunxin.com/xpu"}
 _PATTERN = re.compile(r"^(?:(?P<mem>\d+(?:\.\d+)?)G,)?(?P<count>\d+(?:\.\d+)?)(?:\((?P<inner>[^()]*)\))?$", re.I)
 
@@ -108,6 +108,8 @@ def resources(request: AcceleratorRequest, vendor: str, *, sharing: str = "hami"
                 out["nvidia.com/gpumem"] = str(memory_mib)
     elif vendor == "huawei":
         out[ascend_resource(request.model)] = str(request.cards)
+    elif vendor == "intel":  # the Intel GPU device plugin names its resource after the kernel driver
+        out["gpu.intel.com/xe" if sharing == "xe" else "gpu.intel.com/i915"] = str(request.cards)
     else:
         out[WHOLE[vendor]] = str(request.cards)
     if rdma:

@@ -1,18 +1,23 @@
 """Render a training job as the Kubernetes resource its framework's operator runs.
 
-Kubeflow Training Operator kinds (``kubeflow.org/v1``: PyTorchJob, TFJob, XGBoostJob,
-PaddleJob, JAXJob, MXJob, MPIJob), Volcano ``batch.volcano.sh/v1alpha1`` Job for DeepSpeed,
-ColossalAI and Horovod, ``ray.io/v1`` RayJob and ``sparkoperator.k8s.io/v1beta2``
-SparkApplication. Every pod template carries the matcher's image, nodeSelector,
-tolerations and resource limits.
+Kubeflow Training Operator v1.9 kinds (``kubeflow.org/v1``: PyTorchJob, TFJob, XGBoostJob,
+PaddleJob, JAXJob, and MPIJob with ``mpirun`` on its launcher), Volcano
+``batch.volcano.sh/v1alpha1`` Job for DeepSpeed, ColossalAI and Horovod (a launcher task that
+reaches the workers' sshd through the ``ssh``/``svc`` plugins, with a ``slots=`` hostfile),
+``ray.io/v1`` RayJob (KubeRay starts Ray itself) and ``sparkoperator.k8s.io/v1beta2``
+SparkApplication. Every worker's pod template carries the matcher's image, nodeSelector,
+tolerations and resource limits. MXNet has no operator kind any more (the training operator
+dropped MXJob in v1.8), so it is refused here with that reason.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
 from cascade.core import podsecurity
+from cascade.core.errors import InvalidInput
 from cascade.core.secrets import secret_refs
 from cascade.functions.training.job import TrainingJob
 
@@ -23,27 +28,40 @@ KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     "xgboost": ("XGBoostJob", "xgbReplicaSpecs", "xgboost", ["Master", "Worker"]),
     "paddle": ("PaddleJob", "paddleReplicaSpecs", "paddle", ["Worker"]),
     "jax": ("JAXJob", "jaxReplicaSpecs", "jax", ["Worker"]),
-    "mxnet": ("MXJob", "mxReplicaSpecs", "mxnet", ["Scheduler", "Server", "Worker"]),
     "mpi": ("MPIJob", "mpiReplicaSpecs", "mpi", ["Launcher", "Worker"]),
     "sklearn": ("PyTorchJob", "pytorchReplicaSpecs", "pytorch", ["Master"]),
 }
 VOLCANO = ("deepspeed", "colossalai", "horovod")
+REFUSED = {"mxnet": "framework 'mxnet' cannot run on Kubernetes: the Kubeflow training operator removed MXJob in "
+                    "v1.8 and MXNet itself is retired; run it with the local backend or port the job to PyTorch"}
+SSH_PORT = 2222  # the workers' sshd runs unprivileged; the images' ssh client config points here too
+SSHD = ("ssh-keygen -q -N '' -t ed25519 -f /tmp/ssh_host_ed25519_key && "
+        "exec /usr/sbin/sshd -D -e -f /etc/cascade/sshd_config -h /tmp/ssh_host_ed25519_key")
+LAUNCHER_LIMITS = {"cpu": "1", "memory": "1Gi"}  # a launcher only starts the workers' processes
 
 
-def pod_template(job: TrainingJob, container: str, command: list[str], env: dict[str, str] | None = None,
-                 labels: dict[str, str] | None = None) -> dict[str, Any]:
+def pod_template(job: TrainingJob, container: str, command: list[str] | None, env: dict[str, str] | None = None,
+                 labels: dict[str, str] | None = None, *, placed: bool = True) -> dict[str, Any]:
+    """A pod template; ``placed=False`` for a launcher (no accelerator, any node). ``command=None`` keeps the
+    image's (KubeRay adds its own ``ray start`` only to containers without one)."""
     p = job.placement
     resources = job.spec.get("resources", {})
-    limits = {"cpu": resources.get("cpu", "1"), "memory": resources.get("memory", "2Gi"), **p.limits}
-    spec: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [{
-        "name": container, "image": job.spec.get("image") or p.image, "command": command,
+    limits = ({"cpu": resources.get("cpu", "1"), "memory": resources.get("memory", "2Gi"), **p.limits} if placed
+              else dict(LAUNCHER_LIMITS))
+    main: dict[str, Any] = {
+        "name": container, "image": job.spec.get("image") or p.image,
         "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env("/output"), **(env or {})}.items())]
         + secret_env(job),
         "securityContext": podsecurity.container(),
-        "resources": {"limits": limits, "requests": {"cpu": limits["cpu"], "memory": limits["memory"]}}}]}
-    if p.node_selector:
+        # the log's tail lands in the pod's status, so a failure is explained without the kubelet's log API
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"limits": limits, "requests": {"cpu": limits["cpu"], "memory": limits["memory"]}}}
+    if command is not None:
+        main["command"] = command
+    spec: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [main]}
+    if placed and p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
-    if p.tolerations:
+    if placed and p.tolerations:
         spec["tolerations"] = [dict(t) for t in p.tolerations]
     return {"metadata": {"labels": {"cascade.io/job": job.name, **(labels or {})}}, "spec": spec}
 
@@ -72,43 +90,60 @@ def kubeflow(job: TrainingJob, namespace: str) -> dict[str, Any]:
     if job.framework == "pytorch" and job.procs > 1:
         command = ["torchrun", *command[1:]] if "-m" not in command[:2] else ["torchrun", "-m", *command[2:]]
     counts = {roles[0]: 1} if len(roles) > 1 else {roles[0]: job.workers}
-    if job.framework == "mxnet":
-        counts = {"Scheduler": 1, "Server": 1, "Worker": job.workers}
-    elif len(roles) > 1 and job.workers > 1:
+    if len(roles) > 1 and job.workers > 1:
         counts[roles[-1]] = job.workers - 1
-    if job.framework == "mpi":
-        counts = {"Launcher": 1, "Worker": job.workers}
-    replica_specs = {role: {"replicas": n, "restartPolicy": "OnFailure",
-                            "template": pod_template(job, container, command)} for role, n in counts.items()}
-    spec: dict[str, Any] = {key: replica_specs, "runPolicy": _run_policy(job)}
+    templates = {role: pod_template(job, container, command) for role in counts}
+    spec: dict[str, Any] = {"runPolicy": _run_policy(job)}
     if kind == "PyTorchJob" and job.framework == "pytorch":
         spec["nprocPerNode"] = str(job.procs)
-    if kind == "MXJob":
-        spec["jobMode"] = "MXTrain"
     if kind == "MPIJob":
+        # The operator's launcher/worker contract: the launcher runs mpirun over the hostfile the operator
+        # writes (/etc/mpi/hostfile, slots = slotsPerWorker) and reaches the workers through kubectl exec;
+        # the workers only wait to be reached.
+        counts = {"Launcher": 1, "Worker": job.workers}
         spec["slotsPerWorker"] = job.procs
+        mpirun = ["mpirun", "-np", str(job.workers * job.procs), "--bind-to", "none", "--map-by", "slot",
+                  "-x", "PYTHONUNBUFFERED", "-x", "CASCADE_HPARAMS", *command]
+        templates = {"Launcher": pod_template(job, container, mpirun, placed=False),
+                     "Worker": pod_template(job, container, ["sleep", "infinity"])}
+    spec[key] = {role: {"replicas": n, "restartPolicy": "Never" if role == "Launcher" else "OnFailure",
+                        "template": templates[role]} for role, n in counts.items()}
     return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": _metadata(job, namespace), "spec": spec}
 
 
 def volcano(job: TrainingJob, namespace: str, queue: str = "default") -> dict[str, Any]:
-    launcher = {"deepspeed": ["deepspeed", "--hostfile", "/etc/volcano/worker.host"],
-                "colossalai": ["colossalai", "run", "--hostfile", "/etc/volcano/worker.host",
-                               "--nproc_per_node", str(job.procs)],
-                "horovod": ["horovodrun", "-np", str(job.workers * job.procs), "--hostfile",
-                            "/etc/volcano/worker.host"]}[job.framework]
-    command = ["sh", "-c", shlex.join([*launcher, *job.command()[1:]])]
+    """A launcher task (one pod, no accelerator) and ``workers`` worker pods running sshd. The ``svc`` plugin
+    writes ``/etc/volcano/worker.host`` (one host per line) and the ``ssh`` plugin shares a key pair; the
+    launcher adds ``slots=`` and starts the framework's launcher over ssh. Its completion completes the job."""
+    slots = job.procs
+    script = job.command()[1:]  # deepspeed and colossalai take the script; horovodrun the whole command
+    launcher = {"deepspeed": ["deepspeed", "--hostfile", "/tmp/hostfile", "--ssh_port", str(SSH_PORT), *script],
+                "colossalai": ["colossalai", "run", "--hostfile", "/tmp/hostfile", "--nproc_per_node", str(slots),
+                               "--ssh-port", str(SSH_PORT), *script],
+                "horovod": ["horovodrun", "-np", str(job.workers * slots), "--hostfile", "/tmp/hostfile",
+                            "-p", str(SSH_PORT), *job.command()]}[job.framework]
+    hostfile = f"sed 's/$/ slots={slots}/' /etc/volcano/worker.host > /tmp/hostfile"
+    if job.framework == "colossalai":  # its hostfile is one host per line; processes per node is a flag
+        hostfile = "cp /etc/volcano/worker.host /tmp/hostfile"
+    start = ["sh", "-c", f"{hostfile} && exec {shlex.join(launcher)}"]
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": _metadata(job, namespace),
-            "spec": {"schedulerName": "volcano", "queue": queue, "minAvailable": job.workers,
+            "spec": {"schedulerName": "volcano", "queue": queue, "minAvailable": job.workers + 1,
                      "maxRetry": int(job.spec.get("retries", 0)),
-                     "plugins": {"env": [], "svc": [], "ssh": []},
+                     "plugins": {"env": [], "svc": [], "ssh": ["--ssh-key-file-path=/home/cascade/.ssh"]},
                      "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
-                     "tasks": [{"name": "worker", "replicas": job.workers,
-                                "template": pod_template(job, job.framework, command)}]}}
+                     "tasks": [{"name": "launcher", "replicas": 1,
+                                "policies": [{"event": "TaskCompleted", "action": "CompleteJob"},
+                                             {"event": "PodFailed", "action": "AbortJob"}],
+                                "template": pod_template(job, job.framework, start, placed=False)},
+                               {"name": "worker", "replicas": job.workers,
+                                "template": pod_template(job, job.framework, ["sh", "-c", SSHD])}]}}
 
 
 def ray(job: TrainingJob, namespace: str) -> dict[str, Any]:
-    head = pod_template(job, "ray-head", ["ray", "start", "--head", "--block"])
-    worker = pod_template(job, "ray-worker", ["ray", "start", "--block", "--address=$(RAY_HEAD):6379"])
+    # No command: KubeRay generates `ray start` (the head, and workers pointed at the head's service) from
+    # rayStartParams, and skips that for a container with a command of its own.
+    head = pod_template(job, "ray-head", None)
+    worker = pod_template(job, "ray-worker", None)
     spec: dict[str, Any] = {"entrypoint": job.shell_command(), "shutdownAfterJobFinishes": True,
                             "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"},
                                                                  "template": head},
@@ -122,18 +157,43 @@ def ray(job: TrainingJob, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _metadata(job, namespace), "spec": spec}
 
 
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_BYTES = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+          "Ti": 2**40}
+
+
+def spark_cores(cpu: object) -> tuple[int, str]:
+    """Spark's whole ``cores`` (at least 1) and the Kubernetes request it came from (``500m`` stays ``500m``)."""
+    match = _QUANTITY.match(str(cpu))
+    if not match or match.group(2) not in (None, "m"):
+        raise InvalidInput(f"cpu {cpu!r} is not a Kubernetes CPU quantity such as 2 or 500m", field="resources.cpu")
+    value = float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
+    return max(1, int(value + 0.999)), str(cpu)
+
+
+def spark_memory(memory: object) -> str:
+    """A Kubernetes memory quantity (``512Mi``, ``2Gi``, ``1G``) in Spark's JVM form (``512m``, ``2048m``)."""
+    match = _QUANTITY.match(str(memory))
+    if not match or match.group(2) == "m":
+        raise InvalidInput(f"memory {memory!r} is not a Kubernetes memory quantity such as 512Mi or 2Gi",
+                           field="resources.memory")
+    mib = float(match.group(1)) * _BYTES[match.group(2)] / 2**20
+    return f"{max(1, int(mib))}m"
+
+
 def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
     entry = job.spec["entrypoint"]
     p = job.placement
     resources = job.spec.get("resources", {})
-    executor: dict[str, Any] = {"instances": job.workers, "cores": int(float(resources.get("cpu", "1"))),
-                                "memory": str(resources.get("memory", "2Gi")).replace("Gi", "g"),
+    cores, request = spark_cores(resources.get("cpu", "1"))
+    executor: dict[str, Any] = {"instances": job.workers, "cores": cores, "coreRequest": request,
+                                "memory": spark_memory(resources.get("memory", "2Gi")),
                                 "securityContext": podsecurity.container()}
     if p.node_selector:
         executor["nodeSelector"] = dict(p.node_selector)
     if p.tolerations:
         executor["tolerations"] = [dict(t) for t in p.tolerations]
-    gpu = next(((k, v) for k, v in p.limits.items() if k.endswith("/gpu")), None)
+    gpu = next(((k, v) for k, v in p.limits.items() if k.endswith("/gpu") or k.startswith("gpu.")), None)
     if gpu:
         executor["gpu"] = {"name": gpu[0], "quantity": int(gpu[1])}
     return {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
@@ -144,14 +204,20 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
                      "arguments": [str(a) for a in entry.get("args", [])],
                      "restartPolicy": {"type": "OnFailure" if job.spec.get("retries") else "Never",
                                        "onFailureRetries": int(job.spec.get("retries", 0))},
-                     "driver": {"cores": 1, "memory": "1g", "serviceAccount": "cascade-spark",
+                     # the driver creates the executors: cascade-spark is made in every project's namespace
+                     "driver": {"cores": 1, "memory": "1024m", "serviceAccount": SPARK_ACCOUNT,
                                 "env": [{"name": k, "value": v} for k, v in sorted(job.job_env("/output").items())]
                                 + secret_env(job), "securityContext": podsecurity.container()},
                      "executor": executor}}
 
 
+SPARK_ACCOUNT = "cascade-spark"
+
+
 def render(job: TrainingJob, namespace: str) -> dict[str, Any]:
-    """The resource for ``job``'s framework."""
+    """The resource for ``job``'s framework; InvalidInput for a framework no operator runs."""
+    if job.framework in REFUSED:
+        raise InvalidInput(REFUSED[job.framework], field="framework")
     if job.framework in VOLCANO:
         return volcano(job, namespace)
     if job.framework == "ray":

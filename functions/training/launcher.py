@@ -15,7 +15,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.errors import InvalidInput, PermanentError
 from cascade.core.settings import Settings
 from cascade.events import jobrecords as records
 from cascade.events.envelope import PROPAGATED, event_type, follow_up
@@ -90,7 +90,7 @@ class TrainingLauncher:
         extensions = {k: str(event[k]) for k in PROPAGATED if event.get(k)}
         try:
             self.backend.launch(job, extensions)
-        except CascadeError as exc:
+        except PermanentError as exc:  # refused (a 4xx, a framework no operator runs); retryable errors redeliver
             records.update(self.store, job_id, "failed", reason=str(exc))
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)

@@ -13,9 +13,12 @@ def open_target(cfg: Settings) -> DeployTarget:
     """The target ``cfg.serving.target`` names."""
     if cfg.serving.target == "kserve":
         from cascade.core.kube import api_client
+        from cascade.scheduling.matcher import Matcher
+        from cascade.scheduling.placement import Inventory
         from cascade.serving.targets.kserve import KServeTarget
 
-        return KServeTarget(api_client(), cfg.training.namespace_prefix)
+        matcher = Matcher(Inventory.load(cfg.training.inventory)) if cfg.training.inventory else None
+        return KServeTarget(api_client(), cfg.training.namespace_prefix, matcher=matcher)
     if cfg.serving.target == "local":
         from cascade.core.credentials import platform_token
         from cascade.serving.artifacts import ArtifactPolicy

@@ -27,12 +27,14 @@ class Release:
     project: str = "default"
     canary_percent: int | None = None
     signature: Mapping[str, Any] | None = None  # V2 inputs/outputs, where the artifact does not declare them
+    accelerator: str = "0"  # the accelerator request string to serve on (cluster targets place it with the matcher)
 
     @classmethod
     def from_event_data(cls, data: Mapping[str, Any], project: str = "default") -> Release:
         canary = data.get("canaryTrafficPercent")
         return cls(str(data["model"]), str(data["version"]), str(data["artifactUri"]), str(data["sha256"]),
-                   str(data["format"]), project, None if canary is None else int(canary), data.get("signature"))
+                   str(data["format"]), project, None if canary is None else int(canary), data.get("signature"),
+                   str(data.get("accelerator") or "0"))
 
 
 @dataclass(frozen=True)

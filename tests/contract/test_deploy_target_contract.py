@@ -1,8 +1,9 @@
 """The DeployTarget contract, written once and run against every target.
 
-local: the runtime's model servers, really loading a tiny TorchScript model. kserve: the
-recording API server, where a stand-in operator marks an InferenceService Ready (or, for an
-artifact that cannot load, ModelLoadFailed) as KServe's controller would. The contract: a
+local: the runtime's model servers, really loading a tiny TorchScript model. kserve: a real
+kube-apiserver with KServe's CRD (tests/helpers/kube.py), where a stand-in controller marks an
+InferenceService Ready (or, for an artifact that cannot load, ModelLoadFailed) for the
+generation it saw, as KServe's controller would. The contract: a
 release serves, a canary gets its share, a version that cannot load is refused, and after a
 restart the released versions serve again.
 """
@@ -20,6 +21,7 @@ from cascade.core.credentials import platform_token
 from cascade.core.hashing import sha256_file
 from cascade.core.ports import free_port
 from cascade.events.identity import Authenticator, Projects
+from cascade.serving import kserve
 from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.targets import DeployFailed, DeployTarget, Release
@@ -27,7 +29,7 @@ from cascade.serving.targets.kserve import KServeTarget
 from cascade.serving.targets.local import LocalTarget
 from cascade.stores.sqlite import SqliteStore
 from tests.helpers import models
-from tests.helpers.fake_kube import FakeAPIServer
+from tests.helpers.kube import Cluster, Operator, unique
 
 
 class LocalDriver:
@@ -53,27 +55,28 @@ class LocalDriver:
 
 
 class KServeDriver:
-    def __init__(self, tmp_path: Path) -> None:
-        self.api = FakeAPIServer(on_apply=self.operator)
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.prefix = cluster, unique("t") + "-"
+        namespace = cluster.namespace(f"{self.prefix}team")
+        self.operator = Operator(cluster, "serving.kserve.io", "v1beta1", "inferenceservices", namespace, self.decide)
         self.target = self.restart()
 
     @staticmethod
-    def operator(path: str, obj: dict[str, Any]) -> None:
-        uri = obj["spec"]["predictor"]["model"]["storageUri"]
-        ok = "broken" not in uri
-        obj["status"] = {"conditions": [{"type": "Ready", "status": "True" if ok else "False",
-                                         **({} if ok else {"reason": "ModelLoadFailed"})}]}
+    def decide(obj: dict[str, Any]) -> dict[str, Any]:
+        ok = "broken" not in kserve.storage_uri(obj)
+        return {"conditions": [{"type": "Ready", "status": "True" if ok else "False",
+                                **({} if ok else {"reason": "ModelLoadFailed", "message": "cannot load"})}]}
 
     def restart(self) -> DeployTarget:
-        return KServeTarget(self.api.api(), "t-", timeout=10, poll=0.05)
+        return KServeTarget(self.cluster.api, self.prefix, timeout=30, poll=0.05)
 
     def close(self) -> None:
-        self.api.close()
+        self.operator.stop()
 
 
 @pytest.fixture(params=[pytest.param("local", marks=pytest.mark.slow), "kserve"])  # local loads real models
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    d = LocalDriver(tmp_path) if request.param == "local" else KServeDriver(tmp_path)
+    d = LocalDriver(tmp_path) if request.param == "local" else KServeDriver(request.getfixturevalue("cluster"))
     yield d
     d.close()
 

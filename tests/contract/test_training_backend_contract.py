@@ -1,8 +1,8 @@
 """The TrainingBackend contract, written once and run against every backend.
 
 Each backend gets a driver that knows how a job of it ends on its own (local: the worker
-script exits; kubernetes: the operator's status condition, written into the recording API
-server as an operator would) and how a job vanishes behind Cascade's back (local: the
+script exits; kubernetes: the operator's status condition, written into a real kube-apiserver with the
+operator's CRD as the operator would) and how a job vanishes behind Cascade's back (local: the
 supervisor is killed; kubernetes: the resource is deleted). The contract: launch, status,
 logs, cancel, and reconcile after a restart, with the lifecycle event each change becomes.
 """
@@ -23,12 +23,13 @@ from cascade.core.settings import Settings
 from cascade.events import jobrecords
 from cascade.events.envelope import check_event
 from cascade.functions.training.backends import TrainingBackend, lifecycle_event
+from cascade.functions.training.backends.base import Change
 from cascade.functions.training.backends.kubernetes import KubernetesBackend
 from cascade.functions.training.backends.local import LocalBackend
 from cascade.functions.training.job import TrainingJob
 from cascade.scheduling.placement import PodPlacement
 from cascade.stores.sqlite import SqliteStore
-from tests.helpers.fake_kube import FakeAPIServer
+from tests.helpers.kube import Cluster, unique
 from tests.helpers.waiting import eventually
 
 WORKER = "import sys, time\nprint('hello from the worker', flush=True)\ntime.sleep(float(sys.argv[1]))\n" \
@@ -82,39 +83,52 @@ class LocalDriver:
 
 
 class KubernetesDriver:
-    def __init__(self, tmp_path: Path) -> None:
-        self.api = FakeAPIServer()
+    """The real API server with the operators' CRDs; the test writes what the operator would."""
+
+    def __init__(self, tmp_path: Path, cluster: Cluster) -> None:
+        self.cluster, self.prefix = cluster, unique("t") + "-"
+        cluster.namespace(f"{self.prefix}team")
         self.store = SqliteStore(tmp_path / "state.db")
         self.backend = self.restart()
 
     def restart(self) -> TrainingBackend:
-        return KubernetesBackend(self.api.api(), self.store, namespace_prefix="t-")
+        return KubernetesBackend(self.cluster.api, self.store, namespace_prefix=self.prefix)
 
     def job(self, seconds: float, code: int = 0) -> TrainingJob:
         spec = {"framework": "pytorch", "entrypoint": {"script": "/app/train.py"}}
         job = TrainingJob.from_spec(f"job-{uuid.uuid4().hex[:8]}", "team", spec)
         return TrainingJob(job.id, job.project, job.spec, PodPlacement(image="img:1"))
 
-    def _path(self, job: TrainingJob) -> str:
-        return f"/apis/kubeflow.org/v1/namespaces/t-team/pytorchjobs/{job.name}"
+    def _object(self, job: TrainingJob) -> dict[str, Any]:
+        return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"namespace": f"{self.prefix}team", "name": job.name}}
 
     def finish(self, job: TrainingJob, ok: bool) -> None:
-        self.api.objects[self._path(job)]["status"] = {"conditions": [
-            {"type": "Running", "status": "False"}, {"type": "Succeeded" if ok else "Failed", "status": "True"}]}
+        self.cluster.status(self._object(job), {"conditions": [
+            {"type": "Running", "status": "False"}, {"type": "Succeeded" if ok else "Failed", "status": "True"}]})
 
     def vanish(self, job: TrainingJob) -> None:
-        del self.api.objects[self._path(job)]
+        self.cluster.custom.delete_namespaced_custom_object("kubeflow.org", "v1", f"{self.prefix}team", "pytorchjobs",
+                                                            job.name)
 
     def close(self) -> None:
-        self.api.close()
         self.store.close()
 
 
 @pytest.fixture(params=["local", "kubernetes"])
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    d = LocalDriver(tmp_path) if request.param == "local" else KubernetesDriver(tmp_path)
+    d = LocalDriver(tmp_path) if request.param == "local" else KubernetesDriver(tmp_path, request.getfixturevalue("cluster"))
     yield d
     d.close()
+
+
+def settle(backend: TrainingBackend) -> list[Change]:
+    """A reconcile pass as the job watcher makes it: each change committed once its event would be out."""
+    changes = backend.reconcile()
+    for change in changes:
+        if change.commit is not None:
+            change.commit()
+    return changes
 
 
 class TestTrainingBackendContract:
@@ -153,13 +167,13 @@ class TestTrainingBackendContract:
         driver.backend.launch(done, {})
         driver.finish(done, ok=True)
         eventually(lambda: driver.backend.status(done.id) == "succeeded", 60, "the short job finishing")
-        driver.backend.reconcile()  # whatever the backend had not recorded yet is recorded now
+        settle(driver.backend)  # whatever the backend had not recorded yet is recorded now
         eventually(lambda: jobrecords.get(driver.store, done.id)["status"] == "succeeded", 30, "the record final")
         after = driver.restart()
         assert after.reconcile() == [], "nothing changed while Cascade was away"
         driver.vanish(running)
         eventually(lambda: after.status(running.id) == "failed", 30, "the vanished job seen as failed")
-        [change] = after.reconcile()
+        [change] = settle(after)
         assert (change.job_id, change.status) == (running.id, "failed") and change.extensions == {"project": "team"}
         event = lifecycle_event(change, "/tests")
         check_event(event)

@@ -45,7 +45,7 @@ def test_malformed_requests_show_the_accepted_forms(bad: str) -> None:
     ("1(npu,310)", "huawei", "none", {"huawei.com/Ascend310": "1"}),
     ("2(npu,310P)", "huawei", "none", {"huawei.com/Ascend310P": "2"}),
     ("1", "amd", "none", {"amd.com/gpu": "1"}),
-    ("1", "intel", "none", {"intel.com/gpu": "1"}),
+    ("1", "intel", "none", {"gpu.intel.com/i915": "1"}),
     ("8", "gaudi", "none", {"habana.ai/gaudi": "8"}),
     ("1", "cambricon", "none", {"cambricon.com/mlu": "1"}),
     ("1", "hygon", "none", {"hygon.com/dcu": "1"}),

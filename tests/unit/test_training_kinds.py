@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cascade.core.errors import InvalidInput
 from cascade.functions.training import kinds
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
@@ -53,8 +54,6 @@ def check_template(template: dict[str, Any], container: str, image: str) -> dict
     ("xgboost", "XGBoostJob", "xgbReplicaSpecs", "xgboost", {"Master": 1, "Worker": 2}),
     ("paddle", "PaddleJob", "paddleReplicaSpecs", "paddle", {"Worker": 3}),
     ("jax", "JAXJob", "jaxReplicaSpecs", "jax", {"Worker": 3}),
-    ("mxnet", "MXJob", "mxReplicaSpecs", "mxnet", {"Scheduler": 1, "Server": 1, "Worker": 3}),
-    ("mpi", "MPIJob", "mpiReplicaSpecs", "mpi", {"Launcher": 1, "Worker": 3}),
 ])
 def test_kubeflow_kinds(framework: str, kind: str, key: str, container: str, replicas: dict[str, int]) -> None:
     job = placed(framework)
@@ -69,10 +68,28 @@ def test_kubeflow_kinds(framework: str, kind: str, key: str, container: str, rep
     for s in specs.values():
         c = check_template(s["template"], container, job.placement.image)
         assert c["command"] == ["python", "/app/train.py", "--epochs", "2"]
-    if kind == "MXJob":
-        assert r["spec"]["jobMode"] == "MXTrain"
-    if kind == "MPIJob":
-        assert r["spec"]["slotsPerWorker"] == 1
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_mpijob_launches_with_mpirun_and_workers_wait() -> None:
+    job = placed("mpi", workers=3, procs=2)
+    r = kinds.render(job, "vision")
+    assert r["kind"] == "MPIJob" and r["spec"]["slotsPerWorker"] == 2
+    specs = r["spec"]["mpiReplicaSpecs"]
+    assert {role: s["replicas"] for role, s in specs.items()} == {"Launcher": 1, "Worker": 3}
+    [launcher] = specs["Launcher"]["template"]["spec"]["containers"]
+    assert launcher["command"][:3] == ["mpirun", "-np", "6"], "one process per slot of every worker"
+    assert launcher["command"][-4:] == ["python", "/app/train.py", "--epochs", "2"]
+    assert "nvidia.com/gpu" not in launcher["resources"]["limits"], "the launcher needs no card"
+    assert "nodeSelector" not in specs["Launcher"]["template"]["spec"]
+    assert specs["Launcher"]["restartPolicy"] == "Never"
+    worker = check_template(specs["Worker"]["template"], "mpi", job.placement.image)
+    assert worker["command"] == ["sleep", "infinity"], "mpirun reaches the workers; they do not run train.py"
+
+
+def test_mxnet_is_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidInput, match="removed MXJob in v1.8"):
+        kinds.render(placed("mxnet"), "vision")
 
 
 def test_pytorch_processes_per_worker_use_torchrun() -> None:
@@ -82,27 +99,34 @@ def test_pytorch_processes_per_worker_use_torchrun() -> None:
         "torchrun", "/app/train.py"]
 
 
-@pytest.mark.parametrize("framework, launcher", [("deepspeed", "deepspeed --hostfile /etc/volcano/worker.host"),
-                                                 ("colossalai", "colossalai run --hostfile /etc/volcano/worker.host"),
-                                                 ("horovod", "horovodrun -np 3 --hostfile /etc/volcano/worker.host")])
+@pytest.mark.parametrize("framework, launcher", [
+    ("deepspeed", "deepspeed --hostfile /tmp/hostfile --ssh_port 2222 /app/train.py"),
+    ("colossalai", "colossalai run --hostfile /tmp/hostfile --nproc_per_node 2 --ssh-port 2222 /app/train.py"),
+    ("horovod", "horovodrun -np 6 --hostfile /tmp/hostfile -p 2222 python /app/train.py")])
 def test_volcano_jobs(framework: str, launcher: str) -> None:
-    job = placed(framework)
+    job = placed(framework, procs=2)
     r = kinds.render(job, "vision")
     assert (r["apiVersion"], r["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
     spec = r["spec"]
-    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", "default", 3, 2)
-    assert spec["plugins"] == {"env": [], "svc": [], "ssh": []}
-    [task] = spec["tasks"]
-    assert task["name"] == "worker" and task["replicas"] == 3
-    c = check_template(task["template"], framework, job.placement.image)
-    assert c["command"][:2] == ["sh", "-c"] and c["command"][2].startswith(launcher)
-    assert c["command"][2].endswith("/app/train.py --epochs 2")
+    assert (spec["schedulerName"], spec["queue"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", "default", 4, 2)
+    assert spec["plugins"] == {"env": [], "svc": [], "ssh": ["--ssh-key-file-path=/home/cascade/.ssh"]}
+    first, workers = spec["tasks"]
+    assert (first["name"], first["replicas"], workers["name"], workers["replicas"]) == ("launcher", 1, "worker", 3)
+    assert {"event": "TaskCompleted", "action": "CompleteJob"} in first["policies"]
+    [starter] = first["template"]["spec"]["containers"]
+    assert "nvidia.com/gpu" not in starter["resources"]["limits"], "only workers hold cards"
+    script = starter["command"][2]
+    assert starter["command"][:2] == ["sh", "-c"] and f"exec {launcher} --epochs 2" in script
+    if framework != "colossalai":
+        assert "sed 's/$/ slots=2/' /etc/volcano/worker.host > /tmp/hostfile" in script
+    worker = check_template(workers["template"], framework, job.placement.image)
+    assert worker["command"][:2] == ["sh", "-c"] and "/usr/sbin/sshd -D" in worker["command"][2]
     hostile = TrainingJob(job.id, job.project, {**job.spec, "entrypoint": {"script": "/app/train.py",
                                                                            "args": ["x; rm -rf / #", "$(id)"]}},
                           job.placement)
-    command = check_template(kinds.render(hostile, "vision")["spec"]["tasks"][0]["template"], framework,
-                             job.placement.image)["command"][2]
-    assert shlex.split(command)[-2:] == ["x; rm -rf / #", "$(id)"], "user arguments stay single words for sh -c"
+    command = kinds.render(hostile, "vision")["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"][2]
+    assert shlex.split(command.split(" && exec ", 1)[1])[-2:] == ["x; rm -rf / #", "$(id)"], \
+        "user arguments stay single words for sh -c"
 
 
 def test_ray_job() -> None:
@@ -112,10 +136,23 @@ def test_ray_job() -> None:
     assert r["spec"]["entrypoint"] == "python /app/train.py --epochs 2"
     assert r["spec"]["shutdownAfterJobFinishes"] is True and r["spec"]["activeDeadlineSeconds"] == 3600
     cluster = r["spec"]["rayClusterSpec"]
-    check_template(cluster["headGroupSpec"]["template"], "ray-head", job.placement.image)
+    head = check_template(cluster["headGroupSpec"]["template"], "ray-head", job.placement.image)
     [workers] = cluster["workerGroupSpecs"]
     assert workers["replicas"] == 2 and workers["groupName"] == "workers"
-    check_template(workers["template"], "ray-worker", job.placement.image)
+    worker = check_template(workers["template"], "ray-worker", job.placement.image)
+    assert "command" not in head and "command" not in worker, "KubeRay starts Ray only in containers without one"
+    assert "RAY_HEAD" not in str(r), "KubeRay points the workers at the head itself"
+
+
+@pytest.mark.parametrize("cpu, memory, cores, asked, jvm", [
+    ("500m", "512Mi", 1, "500m", "512m"), ("2", "2Gi", 2, "2", "2048m"), ("1.5", "1G", 2, "1.5", "953m")])
+def test_spark_converts_kubernetes_quantities(cpu: str, memory: str, cores: int, asked: str, jvm: str) -> None:
+    executor = kinds.render(placed("spark", resources={"accelerator": "1(A100)", "cpu": cpu, "memory": memory}),
+                            "v")["spec"]["executor"]
+    assert (executor["cores"], executor["coreRequest"], executor["memory"]) == (cores, asked, jvm)
+    with pytest.raises(InvalidInput, match="not a Kubernetes CPU quantity") as bad:
+        kinds.spark_cores("lots")
+    assert bad.value.field == "resources.cpu"
 
 
 def test_spark_application() -> None:
@@ -126,7 +163,8 @@ def test_spark_application() -> None:
     assert (s["type"], s["mode"], s["mainApplicationFile"], s["arguments"]) == (
         "Python", "cluster", "local:///app/train.py", ["--epochs", "2"])
     assert s["image"] == job.placement.image and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
-    assert s["executor"] == {"instances": 3, "cores": 4, "memory": "16g", "nodeSelector": {"gpu-type": "A100"},
+    assert s["driver"]["serviceAccount"] == "cascade-spark" and s["driver"]["memory"] == "1024m"
+    assert s["executor"] == {"instances": 3, "cores": 4, "coreRequest": "4", "memory": "16384m", "nodeSelector": {"gpu-type": "A100"},
                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                              "gpu": {"name": "nvidia.com/gpu", "quantity": 2},
                              "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
@@ -168,7 +206,7 @@ def test_tf_config_mpi_and_volcano_env() -> None:
 
 
 def test_every_framework_of_the_matrix_renders() -> None:
-    for framework in ("pytorch", "tensorflow", "xgboost", "paddle", "jax", "mxnet", "mpi", "horovod", "deepspeed",
+    for framework in ("pytorch", "tensorflow", "xgboost", "paddle", "jax", "mpi", "horovod", "deepspeed",
                       "colossalai", "ray", "spark"):
         assert kinds.render(placed(framework), "ns")["metadata"]["name"] == "job-abc"
     assert parse("2(A100)").cards == 2

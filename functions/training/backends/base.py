@@ -10,7 +10,7 @@ resource vanished, or that ended while nobody watched, still ends on the bus.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,12 +24,15 @@ PHASES = ("launching", "running", "succeeded", "failed", "cancelled")
 
 @dataclass(frozen=True)
 class Change:
-    """A job whose real state moved past its record; ``data`` goes into the lifecycle event."""
+    """A job whose real state moved past its record; ``data`` goes into the lifecycle event. ``commit``, where
+    given, records the new state and is called only once the event is on the bus (so a bus outage between
+    the two loses nothing: the next pass finds the same change again)."""
 
     job_id: str
     status: str
     data: Mapping[str, Any]
     extensions: Mapping[str, str]
+    commit: Callable[[], None] | None = None
 
 
 class TrainingBackend(Protocol):
@@ -53,7 +56,7 @@ class TrainingBackend(Protocol):
 
     def reconcile(self) -> list[Change]:
         """After a restart (or periodically): every unfinished job of this backend whose real state
-        differs from its record, with the record already updated."""
+        differs from its record, with the record already updated or a ``commit`` that updates it."""
         ...
 
 

@@ -1,19 +1,26 @@
-"""The Kubernetes backend: server-side apply of the operator resource, status, logs, cancel.
+"""The Kubernetes backend: server-side apply of the operator resource, status, logs, cancel, watch.
 
 The resource comes from ``kinds.render`` (with the matcher's placement) and goes into the
-project's namespace with field manager ``cascade``. Status is read from the resource's
-conditions (Kubeflow ``Succeeded``/``Failed``, Volcano ``state.phase``, RayJob
-``jobStatus``, Spark ``applicationState.state``); logs come from the pods labelled with the job.
+project's namespace with field manager ``cascade``. Status is read from each operator's own
+shape (Kubeflow conditions, Volcano ``state.phase``, KubeRay ``jobDeploymentStatus`` and
+``jobStatus``, Spark ``applicationState.state``); a failure carries the operator's message
+and the pods' termination messages (their log tails). ``watch`` follows the resources over the
+API server's watch protocol (resource versions, reconnects) and wakes the job watcher at once.
+Errors carry the API server's own explanation; 4xx answers are permanent, the rest retryable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
 
-from cascade.core.errors import NotFound, RetryableError
+from cascade.core.errors import NotFound
+from cascade.core.kube import explain
 from cascade.events import jobrecords as records
 from cascade.functions.training import kinds
 from cascade.functions.training.backends.base import Change
@@ -21,6 +28,19 @@ from cascade.functions.training.job import TrainingJob
 from cascade.stores import StateStore
 
 FIELD_MANAGER = "cascade"
+SELECTOR = "app.kubernetes.io/part-of=cascade"
+WATCHED = [("kubeflow.org", "v1", p) for p in ("pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs",
+                                               "mpijobs")] + [
+    ("batch.volcano.sh", "v1alpha1", "jobs"), ("ray.io", "v1", "rayjobs"),
+    ("sparkoperator.k8s.io", "v1beta2", "sparkapplications")]
+log = logging.getLogger("cascade.training")
+
+VOLCANO = {"Pending": "launching", "Running": "running", "Restarting": "running", "Completing": "running",
+           "Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Aborting": "failed",
+           "Terminated": "failed", "Terminating": "failed"}
+RAY_JOB = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "failed", "RUNNING": "running"}
+SPARK = {"COMPLETED": "succeeded", "FAILED": "failed", "SUBMISSION_FAILED": "failed", "RUNNING": "running",
+         "SUCCEEDING": "running", "FAILING": "running", "PENDING_RERUN": "running", "INVALIDATING": "running"}
 
 
 def _group_version(api_version: str) -> tuple[str, str]:
@@ -29,15 +49,35 @@ def _group_version(api_version: str) -> tuple[str, str]:
 
 
 def phase(resource: dict[str, Any]) -> str:
-    """'running', 'succeeded' or 'failed' from any of the operators' status shapes (no status yet: running)."""
+    """'launching', 'running', 'succeeded' or 'failed' from the resource's operator's status."""
     status = resource.get("status") or {}
-    for condition in reversed(status.get("conditions") or []):
-        if condition.get("status") == "True" and condition.get("type") in ("Succeeded", "Failed"):
-            return str(condition["type"]).lower()
-    state = (status.get("state") or {}).get("phase") or status.get("jobStatus") or (
-        status.get("applicationState") or {}).get("state") or ""
-    return {"Completed": "succeeded", "SUCCEEDED": "succeeded", "COMPLETED": "succeeded", "Failed": "failed",
-            "FAILED": "failed", "Aborted": "failed", "STOPPED": "failed"}.get(str(state), "running")
+    kind = resource.get("kind", "")
+    if kind == "RayJob":
+        if status.get("jobDeploymentStatus") == "Failed":  # e.g. activeDeadlineSeconds passed
+            return "failed"
+        return RAY_JOB.get(str(status.get("jobStatus", "")), "running" if status.get("jobDeploymentStatus") in (
+            "Running", "Complete") else "launching")
+    if kind == "SparkApplication":
+        return SPARK.get(str((status.get("applicationState") or {}).get("state", "")), "launching")
+    if kind == "Job":
+        return VOLCANO.get(str((status.get("state") or {}).get("phase", "")), "launching")
+    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    for final in ("Failed", "Succeeded"):
+        if final in true:
+            return final.lower()
+    return "running" if true & {"Running", "Restarting"} else "launching"
+
+
+def reason(resource: dict[str, Any]) -> str:
+    """Why the operator says the job failed, in its own words."""
+    status = resource.get("status") or {}
+    words = [str(c.get("message") or c.get("reason") or "") for c in status.get("conditions") or []
+             if c.get("type") == "Failed" and c.get("status") == "True"]
+    words += [str(status.get(k) or "") for k in ("reason", "message")]
+    words += [str((status.get("state") or {}).get(k) or "") for k in ("reason", "message")]
+    words.append(str((status.get("applicationState") or {}).get("errorMessage") or ""))
+    said = "; ".join(dict.fromkeys(w for w in words if w))
+    return f"{resource.get('kind')} {resource['metadata']['name']} failed" + (f": {said}" if said else "")
 
 
 class KubernetesBackend:
@@ -58,8 +98,8 @@ class KubernetesBackend:
             result = self.custom.patch_namespaced_custom_object(
                 group, version, meta["namespace"], kinds.plural(resource["kind"]), meta["name"], resource,
                 field_manager=FIELD_MANAGER, force=True, _content_type="application/apply-patch+yaml")
-        except k8s.ApiException as exc:
-            raise RetryableError(f"apply {resource['kind']} {meta['name']}: {exc.status} {exc.reason}") from exc
+        except Exception as exc:  # noqa: BLE001 - ApiException or the connection's own error, both explained
+            raise explain(f"apply {resource['kind']} {meta['namespace']}/{meta['name']}", exc) from exc
         return cast(dict[str, Any], result)
 
     def launch(self, job: TrainingJob, extensions: Mapping[str, str]) -> None:
@@ -84,7 +124,9 @@ class KubernetesBackend:
         except k8s.ApiException as exc:
             if exc.status == 404:
                 return None
-            raise RetryableError(f"get {r['kind']} {r['name']}: {exc.status} {exc.reason}") from exc
+            raise explain(f"get {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
+        except Exception as exc:  # noqa: BLE001 - the connection's own error
+            raise explain(f"get {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
         return cast(dict[str, Any], obj)
 
     def status(self, job_id: str) -> str:
@@ -104,8 +146,25 @@ class KubernetesBackend:
                                                         r["name"])
         except k8s.ApiException as exc:
             if exc.status != 404:
-                raise RetryableError(f"delete {r['kind']} {r['name']}: {exc.status} {exc.reason}") from exc
+                raise explain(f"delete {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
         records.update(self.store, job_id, "cancelled", reason="deleted on request")
+
+    def _pods(self, r: dict[str, str]) -> list[Any]:
+        try:
+            return list(self.core.list_namespaced_pod(r["namespace"], label_selector=f"cascade.io/job={r['name']}").items)
+        except Exception as exc:  # noqa: BLE001
+            raise explain(f"list the pods of {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
+
+    def log_tails(self, r: dict[str, str]) -> str:
+        """The pods' termination messages (``FallbackToLogsOnError``: the last lines of a failed container's log)."""
+        tails = []
+        for pod in self._pods(r):
+            for cs in (pod.status.container_statuses or []) if pod.status else []:
+                for state in (cs.state, cs.last_state):
+                    done = state.terminated if state is not None else None
+                    if done is not None and done.exit_code and done.message:
+                        tails.append(f"==> {pod.metadata.name} (exit {done.exit_code}) <==\n{done.message.strip()}")
+        return "\n".join(dict.fromkeys(tails))
 
     def reconcile(self) -> list[Change]:
         changes = []
@@ -115,23 +174,78 @@ class KubernetesBackend:
             r = record["resource"]
             obj = self._get(r)
             now = "failed" if obj is None else phase(obj)
-            if now == record.get("status") or (now == "running" and obj is not None and not obj.get("status")):
+            if now == record.get("status") or now == "launching":
                 continue
             data: dict[str, Any]
             if now == "succeeded":
                 data = {"artifactUri": str(record.get("artifactUri") or f"k8s://{r['namespace']}/{r['name']}"),
                         "framework": str((record.get("spec") or {}).get("framework", ""))}
             elif now == "failed":
-                data = {"reason": "the job's resource was deleted" if obj is None
-                        else f"{r['kind']} {r['name']} reports Failed"}
+                why = "the job's resource was deleted" if obj is None else reason(obj)
+                tail = self.log_tails(r)
+                data = {"reason": f"{why}\n{tail}"[:4000] if tail else why}
             else:
                 data = {"backend": self.name, "kind": r["kind"], "placement": record.get("placement") or {}}
-            records.update(self.store, record["id"], now, **({"reason": data["reason"]} if "reason" in data else {}))
-            changes.append(Change(record["id"], now, data, record.get("extensions") or {}))
+            extra = {"reason": data["reason"]} if "reason" in data else {}
+            changes.append(Change(record["id"], now, data, record.get("extensions") or {},
+                                  commit=self._committer(str(record["id"]), now, extra)))
         return changes
+
+    def _committer(self, job_id: str, status: str, extra: dict[str, Any]) -> Callable[[], None]:
+        def commit() -> None:
+            records.update(self.store, job_id, status, **extra)
+        return commit
 
     def logs(self, job_id: str) -> str:
         r = self._resource(job_id)
-        pods = self.core.list_namespaced_pod(r["namespace"], label_selector=f"cascade.io/job={r['name']}")
-        names = [str(p.metadata.name) for p in pods.items if p.metadata is not None]
-        return "".join(f"==> {n} <==\n" + self.core.read_namespaced_pod_log(n, r["namespace"]) for n in names)
+        out = []
+        for pod in self._pods(r):
+            name = str(pod.metadata.name)
+            try:
+                out.append(f"==> {name} <==\n" + self.core.read_namespaced_pod_log(name, r["namespace"]))
+            except k8s.ApiException as exc:  # no kubelet reachable (or the pod never ran): say why
+                out.append(f"==> {name} <==\n({explain('read the log', exc)})\n")
+        return "".join(out)
+
+    def watch(self, wake: Callable[[], None], stop: threading.Event) -> list[threading.Thread]:
+        """Follow every training kind's resources cluster-wide; ``wake`` on every change (one thread a kind)."""
+        threads = [threading.Thread(target=self._follow, args=(g, v, p, wake, stop), name=f"watch-{p}", daemon=True)
+                   for g, v, p in WATCHED]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _follow(self, group: str, version: str, plural: str, wake: Callable[[], None], stop: threading.Event) -> None:
+        version_seen: str | None = None
+        pause = 1.0
+        while not stop.is_set():
+            watcher = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                if version_seen is None:  # list first: a resource version to watch from, and no change missed
+                    listed = cast(dict[str, Any], self.custom.list_cluster_custom_object(
+                        group, version, plural, label_selector=SELECTOR))
+                    version_seen = str(listed["metadata"]["resourceVersion"])
+                    wake()
+                for event in watcher.stream(  # type: ignore[no-untyped-call]
+                        self.custom.list_cluster_custom_object, group, version, plural, label_selector=SELECTOR,
+                        resource_version=version_seen, timeout_seconds=30, allow_watch_bookmarks=True):
+                    obj = event["object"]
+                    version_seen = str(obj["metadata"]["resourceVersion"])
+                    if event["type"] != "BOOKMARK":
+                        wake()
+                    if stop.is_set():
+                        break
+                pause = 1.0
+            except k8s.ApiException as exc:
+                if exc.status == 410:  # the version is too old: list again
+                    version_seen = None
+                    continue
+                log.warning("watch %s.%s: %s", plural, group, explain("watch", exc))
+                stop.wait(pause)
+                pause = min(pause * 2, 30.0)
+            except Exception as exc:  # noqa: BLE001 - the API server went away: reconnect with back-off
+                log.warning("watch %s.%s: %s", plural, group, explain("watch", exc))
+                stop.wait(pause)
+                pause = min(pause * 2, 30.0)
+            finally:
+                watcher.stop()  # type: ignore[no-untyped-call]

@@ -10,7 +10,7 @@
 # Idempotent: a service that already answers is left alone; jars are cached in .cache/kafka/jars.
 #   `cluster`: a three-broker KRaft cluster on 127.0.0.1:19092,19094,19096 (scripts/kafka_cluster.py;
 #   replication factor 3, min.insync.replicas 2), for Kafka across machines
-# Usage: scripts/services.sh [start|stop|status|cluster|cluster-stop|kube|kube-stop]
+# Usage: scripts/services.sh [start|stop|status|cluster|cluster-stop|kube|kube-stop|kube-restart]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${CASCADE_SERVICES_DIR:-$root/.cache}"
@@ -114,6 +114,26 @@ kube_ready() {
     "https://127.0.0.1:$kube_port/readyz" >/dev/null 2>&1
 }
 
+launch_apiserver() {  # the API server alone, on the etcd, keys and certificates already in $kube
+  nohup "$kube_bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --secure-port $kube_port --advertise-address 127.0.0.1 \
+    --tls-cert-file "$kube/serving.crt" --tls-private-key-file "$kube/serving.key" \
+    --token-auth-file "$kube/tokens.csv" --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
+    --service-account-key-file "$kube/sa.pub" --service-account-signing-key-file "$kube/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --enable-priority-and-fairness=false \
+    >> "$kube/apiserver.log" 2>&1 &
+  echo $! > "$kube/apiserver.pid"
+  if ! wait_for kube-apiserver 120 kube_ready; then tail -30 "$kube/apiserver.log" >&2; exit 1; fi
+}
+
+restart_apiserver() {  # for the fault tests: the API server goes away and comes back; etcd keeps the objects
+  if [ -f "$kube/apiserver.pid" ]; then kill "$(cat "$kube/apiserver.pid")" 2>/dev/null || true; fi
+  for _ in $(seq 1 100); do port_open $kube_port || break; sleep 0.2; done
+  launch_apiserver
+  echo "services: kube-apiserver restarted"
+}
+
 start_kube() {
   if kube_ready; then echo "services: kube-apiserver already on https://127.0.0.1:$kube_port"; return 0; fi
   if [ ! -x "$kube_bin/kube-apiserver" ] || ! command -v etcd >/dev/null; then
@@ -135,16 +155,7 @@ start_kube() {
     --initial-cluster "default=http://127.0.0.1:$etcd_peer" > "$kube/etcd.log" 2>&1 &
   echo $! > "$kube/etcd.pid"
   wait_for etcd 30 port_open $etcd_port || { tail -20 "$kube/etcd.log" >&2; exit 1; }
-  nohup "$kube_bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --secure-port $kube_port --advertise-address 127.0.0.1 \
-    --tls-cert-file "$kube/serving.crt" --tls-private-key-file "$kube/serving.key" \
-    --token-auth-file "$kube/tokens.csv" --authorization-mode RBAC \
-    --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
-    --service-account-key-file "$kube/sa.pub" --service-account-signing-key-file "$kube/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 --enable-priority-and-fairness=false \
-    > "$kube/apiserver.log" 2>&1 &
-  echo $! > "$kube/apiserver.pid"
-  if ! wait_for kube-apiserver 120 kube_ready; then tail -30 "$kube/apiserver.log" >&2; exit 1; fi
+  launch_apiserver
   cat > "$kube/kubeconfig" <<CONF
 apiVersion: v1
 kind: Config
@@ -188,11 +199,12 @@ case "${1:-start}" in
   stop) stop_all ;;
   kube) start_kube ;;
   kube-stop) stop_kube ;;
+  kube-restart) restart_apiserver ;;
   cluster) start_redis; fetch_kafka
            python3 "$root/scripts/kafka_cluster.py" start "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
   cluster-stop) python3 "$root/scripts/kafka_cluster.py" stop "$cache/kafka-cluster" --nodes 3 --port 19092 ;;
   status) port_open $kafka_port && echo "kafka: up" || echo "kafka: down"
           port_open $redis_port && echo "redis: up" || echo "redis: down"
           kube_ready && echo "kube: up" || echo "kube: down" ;;
-  *) echo "usage: $0 [start|stop|status|cluster|cluster-stop|kube|kube-stop]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|stop|status|cluster|cluster-stop|kube|kube-stop|kube-restart]" >&2; exit 2 ;;
 esac

@@ -52,6 +52,10 @@ SYSTEM = {"deepspeed": "openssh-server openssh-client pdsh", "colossalai": "open
 SSHD_CONFIG = (r"Port {port}\nHostKey /tmp/ssh_host_ed25519_key\nPidFile /tmp/sshd.pid\nUsePAM no\nStrictModes no\n"
                r"PasswordAuthentication no\nAuthorizedKeysFile /home/cascade/.ssh/authorized_keys\n")
 SSH_CLIENT = r"Host *\n  Port {port}\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+# Fine-tunes run in the PyTorch image (launch-finetune places them as PyTorch jobs): the Hugging Face stack, and
+# DeepSpeed where ZeRO-3 full fine-tunes run on several cards.
+FINETUNE = "transformers==4.46.3 peft==0.13.2 accelerate==1.1.1"
+ZERO3_BASES = ("cuda", "rocm")
 RUNTIMES = {"gateway": ["cascade", "gateway"], "dispatcher": ["cascade", "dispatcher"],
             "function-runtime": ["cascade", "functions", "serve"], "model-server": ["python", "-m", "cascade.serving.modelserver"]}
 
@@ -77,6 +81,8 @@ def framework_dockerfile(framework: str, vendor: str) -> str:
     if framework in SYSTEM:
         install = ("RUN (command -v apt-get >/dev/null && apt-get update && apt-get install -y --no-install-recommends "
                    f"{SYSTEM[framework]} && rm -rf /var/lib/apt/lists/*) || true\n{install}")
+    if framework == "pytorch":
+        install += f"RUN python3 -m pip install {FINETUNE}" + (" deepspeed==0.15.1" if base in ZERO3_BASES else "") + "\n"
     if "openssh-server" in SYSTEM.get(framework, ""):
         install += (f"RUN mkdir -p /etc/cascade /etc/ssh/ssh_config.d && printf '{SSHD_CONFIG.format(port=SSH_PORT)}' "
                     f"> /etc/cascade/sshd_config && printf '{SSH_CLIENT.format(port=SSH_PORT)}' "

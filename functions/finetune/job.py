@@ -32,6 +32,16 @@ def check(spec: dict[str, Any]) -> None:
         raise InvalidInput("qlora computes in bf16 here; use precision: bf16", field="/spec/precision")
 
 
+def cards(spec: dict[str, Any]) -> int:
+    """Whole cards the fine-tune asks for (one worker, one process per card)."""
+    return parse(str((spec.get("resources") or {}).get("accelerator", "0"))).cards
+
+
+def sharded(spec: dict[str, Any]) -> bool:
+    """A full fine-tune on several cards runs DeepSpeed ZeRO-3; LoRA and QLoRA replicate their small state."""
+    return spec["method"] == "full" and cards(spec) > 1
+
+
 def memory(spec: dict[str, Any]) -> Estimate:
     try:
         shape = shape_of(spec["baseModel"])
@@ -40,13 +50,27 @@ def memory(spec: dict[str, Any]) -> Estimate:
     full = with_defaults(spec)
     return estimate(shape, spec["method"], full["precision"], lora_rank=full["lora_rank"],
                     target_modules=len(full["target_modules"]),
-                    batch=full["batch_size"], seq=full["max_seq_length"])
+                    batch=full["batch_size"], seq=full["max_seq_length"],
+                    shards=cards(spec) if sharded(spec) else 1)
+
+
+def zero3(spec: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSpeed ZeRO-3 config for ``spec``, every value concrete (``auto`` only resolves inside HF Trainer)."""
+    full = with_defaults(spec)
+    return {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                  "stage3_gather_16bit_weights_on_model_save": True},
+            "bf16": {"enabled": full["precision"] == "bf16"}, "fp16": {"enabled": full["precision"] == "fp16"},
+            "train_micro_batch_size_per_gpu": int(full["batch_size"]),
+            "gradient_accumulation_steps": int(full["gradient_accumulation"]), "gradient_clipping": 1.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": float(full["learning_rate"])}}}
 
 
 def training_job(job_id: str, project: str, spec: dict[str, Any]) -> TrainingJob:
-    """The training job that runs the fine-tune (one worker; torchrun processes per card)."""
+    """The training job that runs the fine-tune: one worker, one torchrun process per card, and for a full
+    fine-tune on several cards the ZeRO-3 config the entrypoint hands to DeepSpeed."""
     check(spec)
+    hyperparameters = {**spec, "deepspeed": zero3(spec)} if sharded(spec) else spec
     body = {"framework": "pytorch", "entrypoint": {"module": "cascade.functions.finetune.entrypoint"},
-            "workers": 1, "resources": spec.get("resources", {"accelerator": "0"}), "hyperparameters": spec,
-            "dataset": spec["dataset"], "project": project}
+            "workers": 1, "procsPerWorker": max(1, cards(spec)), "resources": spec.get("resources", {"accelerator": "0"}),
+            "hyperparameters": hyperparameters, "dataset": spec["dataset"], "project": project}
     return TrainingJob.from_spec(job_id, project, body)

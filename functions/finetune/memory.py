@@ -7,6 +7,9 @@
                    full fine-tuning counts the weights inside those 16 bytes, so weights are not added twice
     activations  = batch x seq x h x L x 34 bytes    (per layer, no recomputation; Korthikanti et al.)
     total        = (weights + train state + activations) / 2^30 GiB
+    per card     = total, or with DeepSpeed ZeRO-3 over N cards (full fine-tunes on several cards)
+                   (weights + train state) / N + activations: parameters, gradients and optimizer
+                   state are partitioned across the cards, activations are not
 
 Known shapes (hidden h, layers L, parameters P) cover the common sizes; a local base model's
 ``config.json`` gives its own.
@@ -53,18 +56,23 @@ class Estimate:
     state_gib: float
     activations_gib: float
     trainable: float
+    shards: int = 1  # cards the weights and training state are partitioned over (ZeRO-3); 1: each card holds all
 
     @property
     def total_gib(self) -> float:
         return self.weights_gib + self.state_gib + self.activations_gib
 
+    @property
+    def per_card_gib(self) -> float:
+        return (self.weights_gib + self.state_gib) / self.shards + self.activations_gib
+
 
 def estimate(shape: Shape, method: str, precision: str = "bf16", *, lora_rank: int = 8, target_modules: int = 2,
-             batch: int = 1, seq: int = 512) -> Estimate:
+             batch: int = 1, seq: int = 512, shards: int = 1) -> Estimate:
     if method == "full":
         trainable, weights = shape.params, 0.0  # the weights live inside the 16 bytes of training state
     else:
         trainable = 2.0 * shape.layers * target_modules * lora_rank * shape.hidden
         weights = shape.params * (0.5 if method == "qlora" else BYTES[precision])
     activations = batch * seq * shape.hidden * shape.layers * 34.0
-    return Estimate(weights / GIB, trainable * 16.0 / GIB, activations / GIB, trainable)
+    return Estimate(weights / GIB, trainable * 16.0 / GIB, activations / GIB, trainable, max(1, shards))

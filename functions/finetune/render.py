@@ -1,36 +1,29 @@
 """Fine-tuning on a cluster: a PyTorchJob running the same entrypoint under torchrun
-(with a DeepSpeed ZeRO-3 config for multi-node ``full``), or a LLaMA-Factory config
-(``llamafactory-cli train``) rendered from the same spec."""
+(with a DeepSpeed ZeRO-3 config for a ``full`` fine-tune on several cards), or a LLaMA-Factory
+config (``llamafactory-cli train``) rendered from the same spec. The launcher's own path
+(``job.training_job``) renders the same torchrun form through the training kinds."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
-from cascade.functions.finetune.job import training_job
+from cascade.functions.finetune.job import training_job, zero3
 from cascade.functions.finetune.spec import with_defaults
 from cascade.functions.training import kinds
 from cascade.scheduling.placement import PodPlacement
 
-DEEPSPEED_ZERO3 = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
-                                         "stage3_gather_16bit_weights_on_model_save": True},
-                   "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-                   "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                   "gradient_clipping": "auto"}
-
 
 def pytorchjob(job_id: str, project: str, spec: dict[str, Any], placement: PodPlacement, *, workers: int = 1,
                procs: int = 1, namespace: str = "default") -> dict[str, Any]:
+    """The PyTorchJob for ``workers`` × ``procs`` cards: torchrun on every replica, and for a full fine-tune on
+    several cards the ZeRO-3 config (``deepspeed`` in the spec the entrypoint reads)."""
     job = training_job(job_id, project, spec)
-    body = {**job.spec, "workers": workers, "procsPerWorker": procs}
+    hyperparameters = {**spec, "deepspeed": zero3(spec)} if spec["method"] == "full" and workers * procs > 1 else spec
+    body = {**job.spec, "workers": workers, "procsPerWorker": procs, "hyperparameters": hyperparameters}
     resource = kinds.render(replace(job, spec=body, placement=placement), namespace)
-    specs = resource["spec"]["pytorchReplicaSpecs"]
-    for role in specs.values():
-        container = role["template"]["spec"]["containers"][0]
-        container["command"] = ["torchrun", "-m", "cascade.functions.finetune.entrypoint"]
-        if spec["method"] == "full" and workers > 1:
-            container["env"].append({"name": "CASCADE_DEEPSPEED_CONFIG", "value": json.dumps(DEEPSPEED_ZERO3)})
+    for role in resource["spec"]["pytorchReplicaSpecs"].values():
+        role["template"]["spec"]["containers"][0]["command"] = ["torchrun", "-m", "cascade.functions.finetune.entrypoint"]
     return resource
 
 

@@ -61,13 +61,13 @@ class TrainingLauncher:
             job = finetune.training_job(job_id, project, data["spec"])
             request = job.matcher_job(self.cfg.training.queue)
             if not request.request.none:
-                request = replace(request, min_memory_gib=need.total_gib)
+                request = replace(request, min_memory_gib=need.per_card_gib)
             placement = self.matcher.place(request)
         except InvalidInput as exc:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project, kind="finetune")
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)
-        job = replace(job, placement=replace(placement.pod(), memory_gib=round(need.total_gib, 2)))
+        job = replace(job, placement=replace(placement.pod(), memory_gib=round(need.per_card_gib, 2)))
         records.update(self.store, job_id, "submitted", kind="finetune", project=project, finetune=data["spec"])
         self.backend.launch(job, {k: str(event[k]) for k in PROPAGATED if event.get(k)})
         return None

@@ -1,6 +1,7 @@
 # pytorch on amd (rocm).
 FROM ghcr.io/cascade-ml/base-rocm:0.1
 RUN python3 -m pip install torch==2.4.1 --extra-index-url https://download.pytorch.org/whl/rocm6.1
+RUN python3 -m pip install transformers==4.46.3 peft==0.13.2 accelerate==1.1.1 deepspeed==0.15.1
 COPY . /opt/cascade
 RUN python3 -m pip install --no-deps /opt/cascade
 USER 1000

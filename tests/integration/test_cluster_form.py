@@ -331,3 +331,28 @@ def test_deploy_model_runs_to_deployed_or_deploy_failed_on_kserve(installed: Clu
         assert "ModelLoadFailed: no model in /mnt/models" in failed.get_data()["reason"]
     finally:
         operator.stop()
+
+
+def test_in_a_pod_the_service_account_is_used_and_no_kubeconfig_is_needed(installed: Cluster, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a function's pod has: KUBERNETES_SERVICE_HOST/PORT, the mounted token and CA, no kubeconfig."""
+    from kubernetes.config import incluster_config
+
+    from cascade.core.kube import api_client
+
+    token = tmp_path / "token"
+    token.write_text(installed.token_for("cascade", "cascade-launch-training"))
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(installed.kubeconfig.parent / "serving.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "16443")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    try:
+        review = k8s.AuthenticationV1Api(api_client()).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        assert review.status.user_info.username == f"{SA}cascade-launch-training"
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+        with pytest.raises(PermanentError, match="no Kubernetes configuration.*KUBECONFIG"):
+            api_client()  # outside a pod, without a kubeconfig: the fix is named
+    finally:
+        k8s.Configuration.set_default(None)  # in-cluster loading sets the process-wide default

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cascade.core.ports import free_port
 from tests.helpers import tiny_llm
 from tests.integration.test_model_lifecycle import events_for
 from tests.integration.test_model_lifecycle import platform as _platform  # noqa: F401  (the running platform)
@@ -67,3 +68,28 @@ def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Pat
     reply = httpx.post(f"{runtime}/v1/models/{name}:predict", headers=p.running.auth, timeout=120, json={
         "instances": ["### Instruction : reverse the words ### Input : red cat sky ### Response :"]})
     assert reply.json() == {"predictions": [expected]}
+
+
+def test_lora_under_torchrun_trains_as_one_job_over_two_processes(tmp_path: Path) -> None:
+    """What a cluster fine-tune on two cards runs (torchrun, one process per card), here two CPU processes over
+    gloo: each takes half the data, DDP keeps the adapters equal, and only rank 0 writes the outputs."""
+    import json
+    import os
+    import sys
+
+    base = tiny_llm.base_model(tmp_path / "base")
+    data = tiny_llm.dataset(tmp_path / "reverse.jsonl")
+    spec = {"baseModel": str(base), "dataset": data.as_uri(), "method": "lora", "lora_rank": 4, "lora_alpha": 8,
+            "lora_dropout": 0.0, "max_steps": 6, "learning_rate": 0.01, "precision": "fp32", "outputModel": "t",
+            "max_seq_length": 64}
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "CASCADE_HPARAMS": json.dumps(spec), "CASCADE_OUTPUT_DIR": str(out), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), "-m", "cascade.functions.finetune.entrypoint"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("step 5 loss") == 2, "both processes ran every step"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["steps"] == 6
+    assert (out / "adapter" / "adapter_config.json").exists() and (out / "model_card.json").exists()

@@ -11,6 +11,7 @@ from cascade.core.errors import InvalidInput
 from cascade.functions.finetune import job as finetune
 from cascade.functions.finetune.memory import SHAPES, estimate
 from cascade.functions.finetune.render import llamafactory, pytorchjob
+from cascade.functions.training import kinds
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory, PodPlacement
 
@@ -79,11 +80,36 @@ def test_pytorchjob_runs_the_same_entrypoint_with_torchrun() -> None:
     assert c["command"] == ["torchrun", "-m", "cascade.functions.finetune.entrypoint"]
     assert c["image"] == placement["image"] and c["resources"]["limits"]["nvidia.com/gpu"] == "8"
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert json.loads(env["CASCADE_HPARAMS"])["method"] == "full"
-    assert json.loads(env["CASCADE_DEEPSPEED_CONFIG"])["zero_optimization"]["stage"] == 3
+    hparams = json.loads(env["CASCADE_HPARAMS"])
+    assert hparams["method"] == "full" and hparams["deepspeed"]["zero_optimization"]["stage"] == 3
+    assert "auto" not in json.dumps(hparams["deepspeed"]), "DeepSpeed outside HF Trainer takes no 'auto' values"
     lora = pytorchjob("ft-8", "llm", SPEC, PodPlacement.from_dict(placement))
-    lora_env = {e["name"] for e in lora["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]}
-    assert "CASCADE_DEEPSPEED_CONFIG" not in lora_env
+    lora_env = {e["name"]: e["value"] for e in
+                lora["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]}
+    assert "deepspeed" not in json.loads(lora_env["CASCADE_HPARAMS"])
+
+
+def test_a_full_fine_tune_on_eight_cards_shards_its_state_and_runs_torchrun() -> None:
+    spec = {**SPEC, "method": "full", "resources": {"accelerator": "8(A100)"}}
+    one = finetune.memory({**spec, "resources": {"accelerator": "1(A100)"}})
+    eight = finetune.memory(spec)
+    assert one.per_card_gib == pytest.approx(102.5, abs=0.1), "7B full on one card: weights + Adam state + activations"
+    assert eight.per_card_gib == pytest.approx((one.weights_gib + one.state_gib) / 8 + one.activations_gib)
+    assert eight.per_card_gib < 16, "ZeRO-3 over 8 cards fits an A100-80G easily"
+    inventory = Inventory.from_dict({"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
+                                                  "nodes": [{"name": "n1", "cards": 8}]}]})
+    job = finetune.training_job("ft-9", "llm", spec)
+    from dataclasses import replace
+
+    placement = Matcher(inventory).place(replace(job.matcher_job(), min_memory_gib=eight.per_card_gib))
+    r = kinds.render(replace(job, placement=placement.pod()), "llm")
+    [master] = r["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    assert r["spec"]["nprocPerNode"] == "8" and master["command"][:3] == ["torchrun", "-m",
+                                                                          "cascade.functions.finetune.entrypoint"]
+    assert json.loads({e["name"]: e["value"] for e in master["env"]}["CASCADE_HPARAMS"])["deepspeed"][
+        "zero_optimization"]["stage"] == 3
+    lora = finetune.memory({**SPEC, "resources": {"accelerator": "8(A100)"}})
+    assert lora.shards == 1, "LoRA replicates its small state on every card"
 
 
 def test_llamafactory_config_field_by_field() -> None:

@@ -242,10 +242,10 @@ class KubernetesBackend:
                     continue
                 log.warning("watch %s.%s: %s", plural, group, explain("watch", exc))
                 stop.wait(pause)
-                pause = min(pause * 2, 30.0)
+                pause = min(pause * 2, 8.0)
             except Exception as exc:  # noqa: BLE001 - the API server went away: reconnect with back-off
                 log.warning("watch %s.%s: %s", plural, group, explain("watch", exc))
                 stop.wait(pause)
-                pause = min(pause * 2, 30.0)
+                pause = min(pause * 2, 8.0)
             finally:
                 watcher.stop()  # type: ignore[no-untyped-call]

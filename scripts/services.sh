@@ -5,8 +5,9 @@
 #   a Kubernetes control plane (`kube`, also started by `start` once scripts/tools.sh built it):
 #   Debian's etcd on 127.0.0.1:12379 and kube-apiserver v1.34.4 on https://127.0.0.1:16443 with
 #   RBAC, a token-authenticated admin (system:masters) and the pinned upstream CRDs in
-#   scripts/kube/crds; its kubeconfig is .cache/kube/kubeconfig. No controllers run: tests write
-#   the operators' status themselves. A fresh etcd each time it starts.
+#   scripts/kube/crds; its kubeconfig is ~/.cache/cascade/kube/run/kubeconfig (outside the
+#   repository: every clone shares one control plane). No controllers run: tests write the
+#   operators' status themselves. A fresh etcd each time it starts.
 # Idempotent: a service that already answers is left alone; jars are cached in .cache/kafka/jars.
 #   `cluster`: a three-broker KRaft cluster on 127.0.0.1:19092,19094,19096 (scripts/kafka_cluster.py;
 #   replication factor 3, min.insync.replicas 2), for Kafka across machines
@@ -16,9 +17,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${CASCADE_SERVICES_DIR:-$root/.cache}"
 kdir="$cache/kafka"; jars="$kdir/jars"; data="$kdir/data"
 kafka_port=9092; controller_port=9093; redis_port=6379
-cluster_id="Q2FzY2FkZUxvY2FsS2Fma2E"
+cluster_id="Q2FzY2FkZUxvY2FsS2Fma2E"   # any 16 bytes, base64url: one fixed local cluster
 kube_bin="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}/kube/v1.34.4/bin"
-kube="$cache/kube"; etcd_port=12379; etcd_peer=12380; kube_port=16443   # any 16 bytes, base64url: one fixed local cluster
+kube="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}/kube/run"; etcd_port=12379; etcd_peer=12380; kube_port=16443
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -141,6 +142,11 @@ start_kube() {
     return 0
   fi
   stop_kube quiet
+  for port in $kube_port $etcd_port; do
+    if port_open "$port"; then
+      echo "services: 127.0.0.1:$port is taken by a process this script did not start; stop it first" >&2; exit 1
+    fi
+  done
   rm -rf "$kube" && mkdir -p "$kube" && chmod 700 "$kube"
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kube-apiserver" \
     -addext "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc" \

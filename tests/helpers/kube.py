@@ -22,9 +22,9 @@ from kubernetes import client as k8s
 from kubernetes import config as kube_config
 from kubernetes import watch as kube_watch
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECONFIG = Path(os.environ.get("CASCADE_KUBECONFIG", ROOT / ".cache" / "kube" / "kubeconfig"))
-KUBECTL = Path(os.environ.get("CASCADE_TOOLS_DIR", Path.home() / ".cache" / "cascade")) / "kube" / "v1.34.4" / "bin" / "kubectl"
+TOOLS = Path(os.environ.get("CASCADE_TOOLS_DIR", Path.home() / ".cache" / "cascade"))
+KUBECONFIG = TOOLS / "kube" / "run" / "kubeconfig"  # written by scripts/services.sh kube
+KUBECTL = TOOLS / "kube" / "v1.34.4" / "bin" / "kubectl"
 
 
 @dataclass

@@ -104,7 +104,7 @@ class Registry:
 
     def release(self, model: str, version: str, *, targets: dict[str, Any] | None = None,
                 canary: int | None = None, sample: Any = None, accelerator: str = "0", command: str = "",
-                central: bool = True) -> CloudEvent:
+                central: bool = True, resources: dict[str, str] | None = None) -> CloudEvent:
         """The ``model.released`` command for ``version``; ``command`` makes its id (a new one for each
         command a user gives, one derived from the triggering event for automatic releases); ``central``:
         whether the central target deploys it (else only edge clusters), which moves the desired split."""
@@ -116,6 +116,8 @@ class Registry:
                                 "sha256": record["sha256"], "format": record["format"], "accelerator": accelerator}
         if targets:
             data["targets"] = targets
+        if resources:
+            data["resources"] = dict(resources)
         if canary is not None:
             data["canaryTrafficPercent"] = canary
         if sample is not None:

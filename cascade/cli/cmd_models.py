@@ -68,10 +68,12 @@ def models_show(model: str, version: str) -> None:
         fail(str(exc))
 
 
-def _command(model: str, version: str, canary: int | None, label: list[str] | None, verb: str) -> None:
+def _command(model: str, version: str, canary: int | None, label: list[str] | None, verb: str,
+             accelerator: str = "0", resources: dict[str, str] | None = None) -> None:
     """Release ``version`` (``canary`` percent, or all): a command with an id of its own, so it always takes
     effect; one that asks for the split that is both desired and live already publishes nothing and says so."""
     from cascade.functions.models import Models
+    from cascade.scheduling.accelerators import parse
     from cascade.serving.registry import DESIRED, LIVE, Registry, traffic_after
 
     cfg = settings()
@@ -90,7 +92,10 @@ def _command(model: str, version: str, canary: int | None, label: list[str] | No
             typer.echo(f"nothing to do: {model} already sends " +
                        ", ".join(f"{p}% to {v}" for v, p in sorted(desired.items())))
             return
-        event = registry.release(model, version, targets=targets, canary=canary, central=central)
+        if accelerator != "0":
+            parse(accelerator)  # a clear error now, not a failed deployment later
+        event = registry.release(model, version, targets=targets, canary=canary, central=central,
+                                 accelerator=accelerator, resources=resources)
         wiring.bus(cfg).publish(cfg.bus.topic, event)
     except CascadeError as exc:
         fail(str(exc))
@@ -104,9 +109,16 @@ LabelOption = Annotated[Optional[list[str]], typer.Option("--label", help="Edge 
 
 
 @models_app.command("release")
-def models_release(model: str, version: str, canary: CanaryOption = None, label: LabelOption = None) -> None:
+def models_release(
+    model: str, version: str, canary: CanaryOption = None, label: LabelOption = None,
+    accelerator: Annotated[str, typer.Option(help="Accelerator to serve on, as for jobs: 0, 1(T4), 0.5, 1(npu,910B).")]
+    = "0",
+    cpu: Annotated[Optional[str], typer.Option(help="CPU per serving replica on a cluster (e.g. 2, 500m).")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="Memory per serving replica on a cluster (e.g. 4Gi).")] = None,
+) -> None:
     """Release a version: publishes model.released (deployed centrally and on matching edge clusters)."""
-    _command(model, version, canary, label, "released")
+    resources = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    _command(model, version, canary, label, "released", accelerator, resources or None)
 
 
 @models_app.command("rollback")

@@ -37,6 +37,7 @@ REFUSED = {"mxnet": "framework 'mxnet' cannot run on Kubernetes: the Kubeflow tr
 SSH_PORT = 2222  # the workers' sshd runs unprivileged; the images' ssh client config points here too
 SSHD = ("ssh-keygen -q -N '' -t ed25519 -f /tmp/ssh_host_ed25519_key && "
         "exec /usr/sbin/sshd -D -e -f /etc/cascade/sshd_config -h /tmp/ssh_host_ed25519_key")
+OUTPUT = "/output"  # CASCADE_OUTPUT_DIR in every pod: an emptyDir
 LAUNCHER_LIMITS = {"cpu": "1", "memory": "1Gi"}  # a launcher only starts the workers' processes
 
 
@@ -50,15 +51,18 @@ def pod_template(job: TrainingJob, container: str, command: list[str] | None, en
               else dict(LAUNCHER_LIMITS))
     main: dict[str, Any] = {
         "name": container, "image": job.spec.get("image") or p.image,
-        "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env("/output"), **(env or {})}.items())]
+        "env": [{"name": k, "value": v} for k, v in sorted({**job.job_env(OUTPUT), **(env or {})}.items())]
         + secret_env(job),
         "securityContext": podsecurity.container(),
-        # the log's tail lands in the pod's status, so a failure is explained without the kubelet's log API
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+        # What the pod's status reports when the container ends: $CASCADE_OUTPUT_DIR/metrics.json (the metrics a job
+        # writes, read back as job.succeeded's metrics) or, when there is none and it failed, its log's tail.
+        "terminationMessagePath": f"{OUTPUT}/metrics.json", "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "output", "mountPath": OUTPUT}],
         "resources": {"limits": limits, "requests": {"cpu": limits["cpu"], "memory": limits["memory"]}}}
     if command is not None:
         main["command"] = command
-    spec: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [main]}
+    spec: dict[str, Any] = {"securityContext": podsecurity.pod(), "containers": [main],
+                            "volumes": [{"name": "output", "emptyDir": {}}]}
     if placed and p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
     if placed and p.tolerations:
@@ -186,7 +190,8 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
     p = job.placement
     resources = job.spec.get("resources", {})
     cores, request = spark_cores(resources.get("cpu", "1"))
-    executor: dict[str, Any] = {"instances": job.workers, "cores": cores, "coreRequest": request,
+    labels = {"cascade.io/job": job.name}  # the job's pods, found by the watcher like every other kind's
+    executor: dict[str, Any] = {"instances": job.workers, "cores": cores, "coreRequest": request, "labels": labels,
                                 "memory": spark_memory(resources.get("memory", "2Gi")),
                                 "securityContext": podsecurity.container()}
     if p.node_selector:
@@ -205,8 +210,8 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
                      "restartPolicy": {"type": "OnFailure" if job.spec.get("retries") else "Never",
                                        "onFailureRetries": int(job.spec.get("retries", 0))},
                      # the driver creates the executors: cascade-spark is made in every project's namespace
-                     "driver": {"cores": 1, "memory": "1024m", "serviceAccount": SPARK_ACCOUNT,
-                                "env": [{"name": k, "value": v} for k, v in sorted(job.job_env("/output").items())]
+                     "driver": {"cores": 1, "memory": "1024m", "serviceAccount": SPARK_ACCOUNT, "labels": labels,
+                                "env": [{"name": k, "value": v} for k, v in sorted(job.job_env(OUTPUT).items())]
                                 + secret_env(job), "securityContext": podsecurity.container()},
                      "executor": executor}}
 

@@ -28,13 +28,16 @@ class Release:
     canary_percent: int | None = None
     signature: Mapping[str, Any] | None = None  # V2 inputs/outputs, where the artifact does not declare them
     accelerator: str = "0"  # the accelerator request string to serve on (cluster targets place it with the matcher)
+    cpu: str = "1"  # per serving replica, where the target sizes replicas (Kubernetes quantities)
+    memory: str = "2Gi"
 
     @classmethod
     def from_event_data(cls, data: Mapping[str, Any], project: str = "default") -> Release:
         canary = data.get("canaryTrafficPercent")
         return cls(str(data["model"]), str(data["version"]), str(data["artifactUri"]), str(data["sha256"]),
                    str(data["format"]), project, None if canary is None else int(canary), data.get("signature"),
-                   str(data.get("accelerator") or "0"))
+                   str(data.get("accelerator") or "0"), str((data.get("resources") or {}).get("cpu") or "1"),
+                   str((data.get("resources") or {}).get("memory") or "2Gi"))
 
 
 @dataclass(frozen=True)

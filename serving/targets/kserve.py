@@ -87,7 +87,8 @@ class KServeTarget:
             {"model": release.model, "version": release.version, "artifactUri": release.artifact_uri,
              "sha256": release.sha256, "format": release.format,
              "canaryTrafficPercent": release.canary_percent, "signature": release.signature}, namespace,
-            previous_version=previous if previous != release.version else None, placement=self.placement(release))
+            previous_version=previous if previous != release.version else None, placement=self.placement(release),
+            cpu=release.cpu, memory=release.memory)
         self._apply(namespace, release.model, resource)
         state, obj = self._settled(namespace, release.model, started)
         if state == "failed":

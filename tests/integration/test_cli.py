@@ -15,6 +15,7 @@ import pytest
 
 from cascade.core.ports import free_port
 from tests.helpers.platform import wait_ready
+from tests.helpers.waiting import events_until
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 
@@ -159,3 +160,24 @@ def test_functions_serve_answers_one_function_at_the_root_as_in_a_knative_pod(tm
         proc.wait(timeout=30)
     missing = cli(tmp_path, "functions", "serve", "nope", check=False)
     assert missing.returncode == 2 and "stamp" in missing.stderr
+
+
+def test_a_release_names_its_accelerator_and_replica_resources(tmp_path: Path) -> None:
+    from cascade.events.bus.embedded import EmbeddedBus
+    from cascade.serving.registry import Registry
+    from cascade.stores.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "state.db")
+    Registry(store).register({"model": "cats", "version": "1", "artifactUri": "file:///m/model.pt", "sha256": "0" * 64,
+                              "format": "torchscript"})
+    store.close()
+    bad = cli(tmp_path, "models", "release", "cats", "1", "--accelerator", "two cards", check=False)
+    assert bad.returncode == 2 and "accelerator request 'two cards' is not one of" in bad.stderr
+    cli(tmp_path, "models", "release", "cats", "1", "--accelerator", "1(T4)", "--cpu", "2", "--memory", "4Gi")
+    bus = EmbeddedBus(tmp_path / "bus.db")
+    try:
+        [released] = events_until(bus, "cascade.events", lambda seen: len(seen) >= 1, 30, what="model.released")
+    finally:
+        bus.close()
+    data = released.get_data()
+    assert (data["accelerator"], data["resources"]) == ("1(T4)", {"cpu": "2", "memory": "4Gi"})

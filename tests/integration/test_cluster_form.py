@@ -188,15 +188,17 @@ class Play:
         self.cluster.status({"apiVersion": self.r["apiVersion"], "kind": self.r["kind"],
                              "metadata": {"namespace": self.r["namespace"], "name": self.r["name"]}}, status)
 
-    def failed_pod(self, log_tail: str) -> None:
-        """A worker pod whose container ended with code 1 and (FallbackToLogsOnError) its log's tail."""
+    def ended_pod(self, code: int, message: str) -> None:
+        """A worker pod whose container ended with ``code`` and its termination message: metrics.json when it wrote
+        one, else (FallbackToLogsOnError) its log's tail."""
         core, ns, name = self.cluster.core, self.r["namespace"], f"{self.r['name']}-worker-0"
         core.create_namespaced_pod(ns, k8s.V1Pod(
             metadata=k8s.V1ObjectMeta(name=name, labels={"cascade.io/job": self.r["name"]}),
             spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="worker", image="img:1")])))
         core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Failed", "containerStatuses": [{
             "name": "worker", "image": "img:1", "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": log_tail}}}]}})
+            "state": {"terminated": {"exitCode": code, "reason": "Error" if code else "Completed",
+                                     "message": message}}}]}})
 
 
 LIFECYCLE = {  # framework: (running status, succeeded status, failed status) as each operator writes them
@@ -248,13 +250,15 @@ def test_the_kubernetes_backend_runs_a_jobs_whole_life(installed: Cluster, proje
             plays[job.id].status(running)
         events_until(bus, "events", lambda seen: len(seen) == 2, 30, keep=lambda e: e["type"].endswith("started.v1"),
                      what="job.started for both jobs")
+        plays[ok.id].ended_pod(0, '{"loss": 0.125, "accuracy": 0.9}')
         plays[ok.id].status(succeeded)
-        plays[bad.id].failed_pod("Traceback (most recent call last):\nRuntimeError: CUDA out of memory")
+        plays[bad.id].ended_pod(1, "Traceback (most recent call last):\nRuntimeError: CUDA out of memory")
         plays[bad.id].status(failed)
         ends = events_until(bus, "events", lambda seen: len(seen) == 2, 30,
                             keep=lambda e: e["type"].rsplit(".", 2)[-2] in ("succeeded", "failed"), what="both ends")
         by_job = {e.get_data()["jobId"]: e for e in ends}
         assert by_job[ok.id]["type"] == "io.cascade.job.succeeded.v1" and by_job[ok.id]["project"] == project
+        assert by_job[ok.id].get_data()["metrics"] == {"loss": 0.125, "accuracy": 0.9}, "metrics.json came back"
         failure = by_job[bad.id]
         assert failure["type"] == "io.cascade.job.failed.v1"
         assert "CUDA out of memory" in failure.get_data()["reason"], "the log's tail explains the failure"
@@ -313,7 +317,8 @@ def test_deploy_model_runs_to_deployed_or_deploy_failed_on_kserve(installed: Clu
     try:
         def released(name: str, uri: str) -> Any:
             return new_event("model.released", {"model": name, "version": "1", "artifactUri": uri, "sha256": "0" * 64,
-                                                "format": "torchscript", "accelerator": "1(T4)"},
+                                                "format": "torchscript", "accelerator": "1(T4)",
+                                                "resources": {"cpu": "500m", "memory": "3Gi"}},
                              source="/tests", extensions={"project": project})
 
         deployed = models.on_released(released("cats", "s3://models/cats/1/model.pt"))
@@ -322,7 +327,8 @@ def test_deploy_model_runs_to_deployed_or_deploy_failed_on_kserve(installed: Clu
         isvc = installed.custom.get_namespaced_custom_object(kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL,
                                                              "cats")
         predictor = isvc["spec"]["predictor"]
-        assert predictor["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert predictor["containers"][0]["resources"] == {
+            "limits": {"cpu": "500m", "memory": "3Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "500m", "memory": "3Gi"}}
         assert predictor["nodeSelector"] == {"gpu-type": "T4"}
         assert models.registry.traffic("model-live", "cats") == {"1": 100}
 

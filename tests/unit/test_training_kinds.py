@@ -39,6 +39,9 @@ def check_template(template: dict[str, Any], container: str, image: str) -> dict
     [c] = spec["containers"]
     assert c["name"] == container and c["image"] == image
     assert spec["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert c["terminationMessagePath"] == "/output/metrics.json", "metrics.json comes back in the pod's status"
+    assert c["volumeMounts"] == [{"name": "output", "mountPath": "/output"}]
+    assert spec["volumes"] == [{"name": "output", "emptyDir": {}}]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["capabilities"] == {
         "drop": ["ALL"]}
     assert c["resources"]["limits"] == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
@@ -164,7 +167,7 @@ def test_spark_application() -> None:
         "Python", "cluster", "local:///app/train.py", ["--epochs", "2"])
     assert s["image"] == job.placement.image and s["restartPolicy"] == {"type": "OnFailure", "onFailureRetries": 2}
     assert s["driver"]["serviceAccount"] == "cascade-spark" and s["driver"]["memory"] == "1024m"
-    assert s["executor"] == {"instances": 3, "cores": 4, "coreRequest": "4", "memory": "16384m", "nodeSelector": {"gpu-type": "A100"},
+    assert s["executor"] == {"instances": 3, "cores": 4, "coreRequest": "4", "memory": "16384m", "labels": {"cascade.io/job": "job-abc"}, "nodeSelector": {"gpu-type": "A100"},
                              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
                              "gpu": {"name": "nvidia.com/gpu", "quantity": 2},
                              "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,

@@ -4,13 +4,15 @@ The resource comes from ``kinds.render`` (with the matcher's placement) and goes
 project's namespace with field manager ``cascade``. Status is read from each operator's own
 shape (Kubeflow conditions, Volcano ``state.phase``, KubeRay ``jobDeploymentStatus`` and
 ``jobStatus``, Spark ``applicationState.state``); a failure carries the operator's message
-and the pods' termination messages (their log tails). ``watch`` follows the resources over the
+and the pods' termination messages (their log tails); a success carries the metrics the job wrote
+(``metrics.json`` is the pods' termination message file). ``watch`` follows the resources over the
 API server's watch protocol (resource versions, reconnects) and wakes the job watcher at once.
 Errors carry the API server's own explanation; 4xx answers are permanent, the rest retryable.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -155,6 +157,22 @@ class KubernetesBackend:
         except Exception as exc:  # noqa: BLE001
             raise explain(f"list the pods of {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
 
+    def metrics(self, r: dict[str, str]) -> dict[str, Any]:
+        """The metrics the job wrote (``metrics.json``, which the pods report as their termination message)."""
+        found: dict[str, Any] = {}
+        for pod in sorted(self._pods(r), key=lambda p: str(p.metadata.name), reverse=True):  # rank 0 last: it wins
+            for cs in (pod.status.container_statuses or []) if pod.status else []:
+                done = cs.state.terminated if cs.state is not None else None
+                if done is None or done.exit_code or not done.message:
+                    continue
+                try:
+                    said = json.loads(done.message)
+                except ValueError:
+                    continue
+                if isinstance(said, dict):
+                    found.update({k: v for k, v in said.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        return found
+
     def log_tails(self, r: dict[str, str]) -> str:
         """The pods' termination messages (``FallbackToLogsOnError``: the last lines of a failed container's log)."""
         tails = []
@@ -180,6 +198,9 @@ class KubernetesBackend:
             if now == "succeeded":
                 data = {"artifactUri": str(record.get("artifactUri") or f"k8s://{r['namespace']}/{r['name']}"),
                         "framework": str((record.get("spec") or {}).get("framework", ""))}
+                metrics = self.metrics(r)
+                if metrics:
+                    data["metrics"] = metrics
             elif now == "failed":
                 why = "the job's resource was deleted" if obj is None else reason(obj)
                 tail = self.log_tails(r)

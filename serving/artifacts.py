@@ -116,6 +116,28 @@ def _discard(path: Path) -> None:
         path.unlink()
 
 
+def check_base(artifact: Path, fmt: str, policy: ArtifactPolicy) -> None:
+    """A LoRA adapter loads its base model from the path its ``adapter_config.json`` names: that path is an
+    artifact too, so it must lie under the artifact roots (a hub name is refused: nothing is downloaded)."""
+    if fmt != "lora-adapter":
+        return
+    try:
+        import json
+
+        base = str(json.loads((artifact / "adapter_config.json").read_text())["base_model_name_or_path"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput(f"the adapter has no readable adapter_config.json naming its base model: {exc}",
+                           field="artifactUri") from exc
+    if not Path(base).is_absolute():
+        raise ArtifactRefused(f"the adapter's base model {base!r} is not a local folder; models are not downloaded "
+                              "from a hub here", field="artifactUri")
+    try:
+        policy.local(Path(base).as_uri())
+    except ArtifactRefused as exc:
+        raise ArtifactRefused(f"the adapter's base model {base} is outside the artifact roots this platform "
+                              "serves from", field="artifactUri") from exc
+
+
 def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
     """The verified local copy of ``uri``; downloads only when the cache lacks it."""
     parsed = urlparse(uri)

@@ -1,5 +1,6 @@
 """A KServe model server for one model version: TorchScript, PyTorch state dicts, scikit-learn,
-XGBoost and ONNX, with the V1 (``:predict``) and V2 (``/infer``) protocols of ``kserve``.
+XGBoost, ONNX and Hugging Face / LoRA text models, with the V1 (``:predict``) and V2 (``/infer``)
+protocols of ``kserve`` and, for text models, OpenAI-compatible completions (``serving/textgen.py``).
 
 Run by the runtime as a command service: ``python -m serving.modelserver --name N --artifact
 PATH --format F`` with the port in ``$PORT``, or forked from a warm per-format zygote
@@ -32,6 +33,8 @@ from kserve import model_server
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 from kserve.protocol.rest.server import RESTServer
+
+from cascade.serving.textgen import TextModel, openai_routes
 
 FORMATS = ("torchscript", "pytorch", "pytorch-export", "sklearn", "xgboost", "onnx", "huggingface", "lora-adapter")
 TEXT_FORMATS = ("huggingface", "lora-adapter")
@@ -112,12 +115,11 @@ def exported_signature(program: Any) -> tuple[list[Tensor], list[Tensor]]:
     return [dict(t, shape=[-1, *t["shape"][1:]]) for t in inputs], [dict(t, shape=[-1, *t["shape"][1:]]) for t in outputs]
 
 
-def load_text(path: Path, fmt: str) -> tuple[Any, Any]:
-    """(a callable list of prompts -> list of completions, the model) for a Hugging Face causal language model
+def load_text(path: Path, fmt: str) -> tuple[TextModel, Any]:
+    """(a TextModel: prompts -> completions, whole or streamed; the model) for a Hugging Face causal language model
     folder, or a LoRA adapter folder merged into the base model its ``adapter_config.json`` names. Nothing is
     downloaded (``HF_HUB_OFFLINE``): the base model must be a local folder."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if fmt == "lora-adapter":
@@ -130,18 +132,7 @@ def load_text(path: Path, fmt: str) -> tuple[Any, Any]:
         model, tokenizer_from = AutoModelForCausalLM.from_pretrained(str(path)), path
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_from))
     model.eval()
-
-    def generate(prompts: list[str], max_new_tokens: int = 32) -> list[str]:
-        out = []
-        for prompt in prompts:
-            encoded = tokenizer(prompt, return_tensors="pt")
-            with torch.no_grad():
-                tokens = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
-                                        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-            out.append(str(tokenizer.decode(tokens[0][encoded["input_ids"].shape[1]:], skip_special_tokens=True)))
-        return out
-
-    return generate, model
+    return TextModel(model, tokenizer), model
 
 
 SINGLE_FILE = ("torchscript", "pytorch-export", "sklearn", "xgboost", "onnx")
@@ -296,6 +287,18 @@ class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type i
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.config.host = os.environ.get("CASCADE_MODEL_HOST", "127.0.0.1")
+
+    def _register_endpoints(self, app: Any) -> None:
+        """kserve's routes, and the OpenAI-compatible completions for text models (``serving/textgen.py``)."""
+        super()._register_endpoints(app)
+
+        def lookup(name: str) -> tuple[str, TextModel | None] | None:
+            model = self.dataplane.model_registry.get_models().get(name)
+            if not isinstance(model, CascadeModel):
+                return None
+            return model.fmt, model.forward if isinstance(model.forward, TextModel) else None
+
+        openai_routes(app, lookup)
 
 
 FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",),

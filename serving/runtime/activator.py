@@ -28,7 +28,9 @@ from cascade.core.errors import InvalidInput
 from cascade.events.gateway.errors import problem
 from cascade.events.health import Health
 from cascade.events.identity import PLATFORM, Authenticator, Identity
+from cascade.serving import openai
 from cascade.serving.inference import ModelRoutes, Route, parse_path
+from cascade.serving.runtime import http11
 from cascade.serving.runtime.launcher import CommandLauncher, Launcher, TemplateLauncher, ZygoteLauncher, Zygotes
 from cascade.serving.runtime.policy import ScalingPolicy
 from cascade.serving.runtime.service import Overloaded, Service
@@ -108,9 +110,33 @@ class Runtime:
                 await service.scale_to(initial)
         self._ticker = asyncio.create_task(self._tick_forever())
 
+    def _versions(self, model: str) -> list[Service]:
+        return [s for s in (self.services.get(r.service) for r in self.models.routes.get(model, [])) if s is not None]
+
+    async def _wake(self, model: str, service: Service) -> None:
+        """A call about to wake ``service`` from zero wakes the model's other versions too: the split would send
+        its next calls there, each to a cold start of its own."""
+        if service.live():
+            return
+        for sibling in self._versions(model):
+            if sibling is not service and not sibling.live():
+                sibling.autoscaler.last_active = time.monotonic()  # woken now: its grace starts now
+                await sibling.scale_to(1)
+
+    def _couple_versions(self) -> None:
+        """The versions of a split model scale as one: a version stays warm while another version of its model
+        is active (each autoscaler sees the model's last activity)."""
+        for model in list(self.models.routes):
+            services = self._versions(model)
+            if len(services) > 1:
+                active = max(s.autoscaler.last_active for s in services)
+                for service in services:
+                    service.autoscaler.last_active = max(service.autoscaler.last_active, active)
+
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(self.tick_seconds)
+            self._couple_versions()
             for service in list(self.services.values()):
                 try:
                     await service.tick()
@@ -226,6 +252,9 @@ class Runtime:
             if caller is not None:
                 await _json(send, 200, {"models": sorted(m for m in self.models.routes if caller.sees(self.owners.get(m)))})
             return
+        if path in (openai.COMPLETIONS, openai.CHAT, openai.MODELS):
+            await self._openai(scope, receive, send, path)
+            return
         inference = parse_path(path)
         if inference is not None:
             caller = await self._caller(scope, receive, send, "infer")
@@ -260,6 +289,8 @@ class Runtime:
                 return
             # each model server holds one version: a pinned version is routed here, not there
             service, upstream_path = self.services.get(route.service), re.sub(r"/versions/[^/]+", "", path)
+            if service is not None:
+                await self._wake(inference[0], service)
         else:
             live = len(parts) > 2 and parts[1] in ("functions", "services")
             service, upstream_path = (self.services.get(parts[2]) if live else None), "/" + (parts[3] if len(parts) > 3 else "")
@@ -292,6 +323,52 @@ class Runtime:
             return
         out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers if k not in HOP_BY_HOP]
         await _reply(send, status, out, answer.body)
+
+    async def _openai(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        """OpenAI-compatible text generation, routed by the body's ``model`` as V1/V2 calls are by their path; a
+        streamed answer (Server-Sent Events) is passed on piece by piece as the model server writes it."""
+        caller = await self._caller(scope, receive, send, "infer")
+        if caller is None:
+            return
+        if path == openai.MODELS:
+            await _json(send, 200, openai.model_list(sorted(
+                (m, self.owners.get(m) or "default") for m in self.models.routes if caller.sees(self.owners.get(m)))))
+            return
+        if scope["method"] != "POST":
+            await _json(send, 405, openai.error(f"{path} takes POST"))
+            return
+        body = await _body(receive)
+        try:
+            name = json.loads(body or b"{}").get("model")
+        except (ValueError, AttributeError):
+            name = None
+        if not isinstance(name, str) or not name:
+            await _json(send, 400, openai.error("model: the request names no model (a JSON body with \"model\")",
+                                                "model"))
+            return
+        route = self.models.pick(name) if caller.sees(self.owners.get(name)) else None
+        service = self.services.get(route.service) if route is not None else None
+        if service is None:
+            await _json(send, 404, openai.error(f"no live model {name!r} in project {caller.project!r}", "model",
+                                                "not_found_error"))
+            return
+        await self._wake(name, service)
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
+                   if k.decode("latin-1") not in HOP_BY_HOP and k.decode("latin-1") != "content-type"]
+        answer = service.stream("POST", path, [*headers, ("content-type", "application/json")], body)
+        try:
+            head = await anext(answer)
+        except Overloaded as exc:
+            await _reply(send, 503, [(b"retry-after", b"1")], str(exc).encode())
+            return
+        assert isinstance(head, http11.Message)
+        await send({"type": "http.response.start", "status": http11.status_of(head),
+                    "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in head.headers
+                                if k not in HOP_BY_HOP]})
+        async for piece in answer:
+            if isinstance(piece, bytes) and piece:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _caller(self, scope: Scope, receive: Receive, send: Send, need: str | None, *,
                       platform: bool = False) -> Identity | None:

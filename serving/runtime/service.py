@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -153,6 +154,28 @@ class Service:
                 self._lost(instance)
                 return http11.Message("HTTP/1.1 502 Bad Gateway", [("content-type", "text/plain")],
                                       f"instance {instance.id} of {self.name} failed: {exc}".encode())
+            finally:
+                self.release(instance)
+        finally:
+            self._account(-1)
+
+    async def stream(self, method: str, path: str, headers: list[tuple[str, str]],
+                     body: bytes) -> AsyncIterator[http11.Message | bytes]:
+        """As ``handle``, for an answer that streams: its head, then its body's pieces as they come. The instance
+        stays busy (and counted) until the last piece."""
+        self._account(+1)
+        try:
+            instance = await self.acquire()
+            started = False
+            try:
+                async for item in instance.upstream.stream(method, path, headers, body, self.request_timeout):
+                    started = True
+                    yield item
+            except ConnectionError as exc:
+                self._lost(instance)
+                if not started:
+                    yield http11.Message("HTTP/1.1 502 Bad Gateway", [("content-type", "text/plain")], b"")
+                    yield f"instance {instance.id} of {self.name} failed: {exc}".encode()
             finally:
                 self.release(instance)
         finally:

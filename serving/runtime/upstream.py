@@ -7,8 +7,21 @@ Function instances listen on UNIX sockets; command services (model servers) on
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from cascade.serving.runtime import http11
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, start: str,
+                    headers: list[tuple[str, str]], body: bytes, timeout: float,
+                    read: Callable[[asyncio.StreamReader], Awaitable[http11.Message | None]]) -> http11.Message:
+    """Write one request and read what ``read`` reads of the answer (all of it, or its head)."""
+    writer.write(http11.encode(start, headers, body))
+    await writer.drain()
+    message = await asyncio.wait_for(read(reader), timeout)
+    if message is None:
+        raise ConnectionError("instance closed the connection")
+    return message
 
 
 class Upstream:
@@ -23,11 +36,8 @@ class Upstream:
             fresh = not self._idle
             reader, writer = self._idle.pop() if self._idle else await self._connect()
             try:
-                writer.write(http11.encode(f"{method} {path} HTTP/1.1", headers, body))
-                await writer.drain()
-                message = await asyncio.wait_for(http11.read_message(reader), timeout)
-                if message is None:
-                    raise ConnectionError("instance closed the connection")
+                message = await _exchange(reader, writer, f"{method} {path} HTTP/1.1", headers, body, timeout,
+                                          http11.read_message)
             except (ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
                 writer.close()
                 if fresh or attempt:
@@ -39,6 +49,27 @@ class Upstream:
             self._idle.append((reader, writer))
             return message
         raise AssertionError("unreachable")
+
+    async def stream(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes,
+                     timeout: float) -> AsyncIterator[http11.Message | bytes]:
+        """Send one request and yield the response's head, then its body piece by piece as the instance writes
+        it (a streamed answer). ``timeout`` bounds each wait; ConnectionError if the instance goes away."""
+        reader, writer = await self._connect()  # a connection of its own, kept only if the stream ends cleanly
+        clean = False
+        try:
+            head = await _exchange(reader, writer, f"{method} {path} HTTP/1.1", headers, body, timeout,
+                                   http11.read_head)
+            yield head
+            async for piece in http11.chunks(reader, head, timeout):
+                yield piece
+            clean = True
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise ConnectionError(str(exc) or type(exc).__name__) from exc
+        finally:
+            if clean:
+                self._idle.append((reader, writer))
+            else:
+                writer.close()
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self.socket_path.startswith("tcp://"):

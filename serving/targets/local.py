@@ -33,6 +33,7 @@ class LocalTarget:
         started = time.monotonic()
         try:
             local = artifacts.fetch(release.artifact_uri, release.sha256, self.cache, self.policy)
+            artifacts.check_base(local, release.format, self.policy)
         except CascadeError as exc:
             raise DeployFailed(str(exc)) from exc
         fetched = time.monotonic() - started

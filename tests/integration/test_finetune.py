@@ -23,7 +23,8 @@ platform = _platform
 
 def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Path) -> None:
     p, runtime = platform
-    base = tiny_llm.base_model(tmp_path / "base")
+    # the base model is an artifact as well (deploy-model loads the adapter onto it): under the artifact roots
+    base = tiny_llm.base_model(Path(p.running.env["CASCADE_HOME"]) / "artifacts" / "base-models" / uuid.uuid4().hex[:8])
     data = tiny_llm.dataset(tmp_path / "reverse.jsonl")
     name = f"tiny{uuid.uuid4().hex[:6]}"
     spec = {"baseModel": str(base), "dataset": data.as_uri(), "method": "lora", "lora_rank": 4, "lora_alpha": 8,

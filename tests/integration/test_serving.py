@@ -17,6 +17,7 @@ from cascade.core.asgi import ServerThread
 from cascade.core.ports import free_port
 from cascade.serving.runtime.activator import Runtime
 from tests.helpers import models
+from tests.helpers.waiting import eventually
 
 pytestmark = pytest.mark.slow  # the platform or model servers start in every test
 
@@ -134,6 +135,25 @@ def test_canary_split_is_respected(runtime: tuple[Runtime, str], tmp_path: Path)
     assert {r["version"]: r["percent"] for r in full.json()["routes"]} == {"2": 100}
 
 
+@pytest.mark.parametrize("runtime", [1.0], indirect=True)  # versions idle out one second after their last call
+def test_the_versions_of_a_canary_split_scale_as_one(runtime: tuple[Runtime, str], tmp_path: Path) -> None:
+    rt, url = runtime
+    assert deploy(url, "m", "1", models.torchscript(tmp_path, bias=0.0), "torchscript").status_code == 200
+    assert deploy(url, "m", "2", models.torchscript(tmp_path, bias=100.0), "torchscript",
+                  canaryTrafficPercent=10).status_code == 200
+    main, canary = rt.services["model-m-1"], rt.services["model-m-2"]
+    eventually(lambda: not main.live() and not canary.live(), 30, "both versions at zero")
+    starts = main.cold_starts
+    with httpx.Client(timeout=60) as client:  # calls pinned to the main version for three seconds ...
+        until = time.monotonic() + 3
+        while time.monotonic() < until:
+            assert client.post(f"{url}/v2/models/m/versions/1/infer", json={"inputs": [
+                {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": X[0]}]}).status_code == 200
+    # ... woke the canary with it and kept it warm past its one-second grace: a split call finds both running
+    assert canary.live() and main.live(), "the canary idled out while its model was busy"
+    assert main.cold_starts == starts + 1, "one start for the burst"
+
+
 def test_a_trained_state_dict_is_released_with_its_architecture_and_serves(runtime: tuple[Runtime, str],
                                                                          tmp_path: Path) -> None:
     from cascade.core.settings import Settings
@@ -190,3 +210,28 @@ def test_a_lora_adapter_and_its_base_model_serve_text(runtime: tuple[Runtime, st
             {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [PROMPT]}]}).json()
         assert out["outputs"][0]["name"] == "text_output" and out["outputs"][0]["data"] == [text]
     assert v1(url, "tuned", [1.0]).status_code == 400, "prompts are strings"
+
+    # The OpenAI-compatible routes KServe's Hugging Face runtime exposes, through the OpenAI SDK as users call them
+    from openai import BadRequestError, NotFoundError, OpenAI
+
+    client = OpenAI(base_url=f"{url}/openai/v1", api_key="not-checked-here", max_retries=0, timeout=120)
+    answer = client.completions.create(model="tuned", prompt=PROMPT, max_tokens=32, temperature=0)
+    assert answer.choices[0].text == expected[1] and answer.model == "tuned"
+    assert answer.usage is not None and answer.usage.prompt_tokens == encoded["input_ids"].shape[1]
+    pieces = [c.choices[0].text for c in client.completions.create(model="tuned", prompt=PROMPT, max_tokens=32,
+                                                                  temperature=0, stream=True)]
+    assert len([p for p in pieces if p]) > 1 and "".join(pieces) == expected[1], "streamed as generated, same text"
+    chat = client.chat.completions.create(model="base", messages=[{"role": "user", "content": "red cat sky"}],
+                                          max_tokens=8, temperature=0)
+    assert chat.choices[0].message.role == "assistant" and chat.choices[0].finish_reason in ("stop", "length")
+    streamed = list(client.chat.completions.create(model="base", messages=[{"role": "user", "content": "red cat sky"}],
+                                                   max_tokens=8, temperature=0, stream=True))
+    assert streamed[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == chat.choices[0].message.content
+    assert streamed[-1].choices[0].finish_reason == chat.choices[0].finish_reason
+    assert {m.id for m in client.models.list()} >= {"base", "tuned"}
+    with pytest.raises(BadRequestError) as bad:
+        client.completions.create(model="tuned", prompt=PROMPT, max_tokens=0)
+    assert bad.value.body["param"] == "max_tokens"  # type: ignore[index]
+    with pytest.raises(NotFoundError):
+        client.completions.create(model="nobody", prompt=PROMPT)

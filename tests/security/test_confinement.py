@@ -79,6 +79,25 @@ def test_artifacts_come_only_from_the_roots_and_hosts_allowed(tmp_path: Path, re
     assert copy.stat().st_mode & 0o777 == 0o600 and copy.parent.stat().st_mode & 0o777 == 0o700
 
 
+def test_a_lora_adapters_base_model_must_lie_under_the_roots_too(tmp_path: Path) -> None:
+    import json
+
+    root = tmp_path / "artifacts"
+    adapter, base = root / "job-2" / "adapter", root / "job-1" / "model"
+    adapter.mkdir(parents=True)
+    base.mkdir(parents=True)
+    policy = ArtifactPolicy((root,))
+    for named, allowed in [(str(base), True), (str(tmp_path / "elsewhere"), False), ("/etc", False),
+                           ("meta-llama/Llama-2-7b-hf", False)]:
+        (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": named}))
+        if allowed:
+            artifacts.check_base(adapter, "lora-adapter", policy)
+        else:
+            with pytest.raises(ArtifactRefused, match="base model"):
+                artifacts.check_base(adapter, "lora-adapter", policy)
+    artifacts.check_base(tmp_path, "torchscript", policy)  # other formats name no second artifact
+
+
 async def _boom(scope: dict[str, Any], receive: Any, send: Any) -> None:
     raise RuntimeError("a bug")
 

@@ -201,7 +201,7 @@ stop_all() {
 
 mkdir -p "$cache"
 case "${1:-start}" in
-  start) start_redis; start_kafka; start_kube ;;
+  start) start_redis; fetch_kafka; start_kafka; start_kube ;;  # the jars also serve the fault tests' own brokers
   stop) stop_all ;;
   kube) start_kube ;;
   kube-stop) stop_kube ;;

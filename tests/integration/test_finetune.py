@@ -69,6 +69,14 @@ def test_lora_fine_tune_end_to_end(platform: tuple[Platform, str], tmp_path: Pat
     reply = httpx.post(f"{runtime}/v1/models/{name}:predict", headers=p.running.auth, timeout=120, json={
         "instances": ["### Instruction : reverse the words ### Input : red cat sky ### Response :"]})
     assert reply.json() == {"predictions": [expected]}
+    from openai import AuthenticationError, OpenAI  # and as an OpenAI client calls it, token and all, streamed
+
+    client = OpenAI(base_url=f"{runtime}/openai/v1", api_key=p.running.token, max_retries=0, timeout=120)
+    pieces = client.completions.create(model=name, max_tokens=32, temperature=0, stream=True,
+                                       prompt="### Instruction : reverse the words ### Input : red cat sky ### Response :")
+    assert "".join(c.choices[0].text for c in pieces) == expected
+    with pytest.raises(AuthenticationError):
+        OpenAI(base_url=f"{runtime}/openai/v1", api_key="casp_wrong", max_retries=0).models.list()
 
 
 def test_lora_under_torchrun_trains_as_one_job_over_two_processes(tmp_path: Path) -> None:

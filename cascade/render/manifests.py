@@ -37,6 +37,7 @@ CREATES = {"launch-training": TRAINING_RESOURCES, "launch-finetune": TRAINING_RE
            "deploy-model": SERVING_RESOURCES}
 WATCHED = {group: plurals for group, plurals in TRAINING_RESOURCES.items() if group != "trainer.kubeflow.org"}
 NOTIFICATIONS = "minio-notifications"  # the Kafka topic MinIO's notification target publishes to
+STOPS = {"run-experiment": TRAINING_RESOURCES}  # it cancels (deletes) the trials it pruned; it creates nothing
 QUOTA = {"requests.cpu": "64", "requests.memory": "256Gi", "requests.nvidia.com/gpu": "8",
          "requests.huawei.com/Ascend910": "8", "count/pytorchjobs.kubeflow.org": "20",
          "count/inferenceservices.serving.kserve.io": "20"}
@@ -147,6 +148,11 @@ def rbac(functions: list[FunctionSpec], projects: list[str]) -> list[dict[str, A
                  for group, plurals in CREATES[name].items()]
         if CREATES[name] is TRAINING_RESOURCES:
             rules += [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}]
+        for proj in projects:
+            docs += _bind(f"cascade-{name}", f"{NAMESPACE}-{proj}", rules)
+    for name in sorted(f.name for f in functions if f.name in STOPS):
+        rules = [{"apiGroups": [group], "resources": plurals, "verbs": ["get", "delete"]}
+                 for group, plurals in STOPS[name].items()]
         for proj in projects:
             docs += _bind(f"cascade-{name}", f"{NAMESPACE}-{proj}", rules)
     spark = [{"apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],

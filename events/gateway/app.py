@@ -26,11 +26,12 @@ from cascade.core.errors import CascadeError, InvalidInput, NotFound, RetryableE
 from cascade.core.httpguard import LOCAL_HOSTS, HTTPGuard
 from cascade.core.jsonlimits import loads
 from cascade.core.settings import GatewaySettings
+from cascade.events import experiments
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import EventBus
 from cascade.events.bus.batching import GroupCommitter
 from cascade.events.dedup import DeliveryLog
-from cascade.events.envelope import check_event
+from cascade.events.envelope import check_event, new_event
 from cascade.events.gateway import webhooks
 from cascade.events.gateway.errors import Forbidden, problem
 from cascade.events.gateway.jobs import Jobs
@@ -255,6 +256,47 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     async def list_jobs(request: Request, status: str | None = None) -> list[dict[str, Any]]:
         """The token's project's jobs, optionally by status."""
         return await run_in_threadpool(gw.jobs.list, await gw.project(request, "read"), status)
+
+    @app.post("/v1/experiments", status_code=202, responses=ACCEPTED, tags=["experiments"],
+              openapi_extra=_body_doc("application/json"))
+    async def submit_experiment(request: Request) -> dict[str, Any]:
+        """Submit a hyper-parameter search (``experiment.v1``); returns its id once experiment.submitted is on the bus."""
+        project = await gw.project(request, "submit")
+        spec = gw.json(await gw.body(request))
+        experiments.check(spec)
+        if spec.get("project", project) != project:
+            raise Forbidden(f"this token submits into project {project!r}", field="/spec/project")
+        if gw.check_job is not None:
+            gw.check_job("training", spec["trial"])  # each trial is a training job under this project's policy
+        experiment_id = experiments.new_id()
+        event = new_event("experiment.submitted", {"experimentId": experiment_id, "project": project, "spec": spec},
+                          source="/cascade/api/experiments", id=f"submit-{experiment_id}", subject=experiment_id,
+                          partitionkey=experiment_id, extensions={"project": project})
+        reply = await gw.publish("/v1/experiments", project, [event])
+        return {"experimentId": experiment_id, "eventId": event["id"], **{k: v for k, v in reply.items() if k != "ids"}}
+
+    @app.get("/v1/experiments", tags=["experiments"])
+    async def list_experiments(request: Request) -> list[dict[str, Any]]:
+        """The token's project's experiments: status, trials by state, the best so far."""
+        return await run_in_threadpool(experiments.listed, gw.store, await gw.project(request, "read"))
+
+    @app.get("/v1/experiments/{experiment_id}", tags=["experiments"])
+    async def get_experiment(experiment_id: str, request: Request) -> dict[str, Any]:
+        """An experiment with every trial: parameters, intermediate values, outcome."""
+        project = await gw.project(request, "read")
+        state = await run_in_threadpool(experiments.read, gw.store, experiment_id, project)
+        return {**experiments.summary(state), "spec": state["spec"], "trials": state["trials"],
+                "reason": state.get("reason", "")}
+
+    @app.post("/v1/experiments/{experiment_id}/stop", status_code=202, responses=ACCEPTED, tags=["experiments"])
+    async def stop_experiment(experiment_id: str, request: Request) -> dict[str, Any]:
+        """Stop an experiment: its running trials are cancelled and it ends with the best trial so far."""
+        project = await gw.project(request, "submit")
+        await run_in_threadpool(experiments.read, gw.store, experiment_id, project)
+        event = new_event("experiment.stopped", {"experimentId": experiment_id, "reason": "stopped on request"},
+                          source="/cascade/api/experiments", subject=experiment_id, partitionkey=experiment_id,
+                          extensions={"project": project})
+        return {"experimentId": experiment_id, **await gw.publish("/v1/experiments", project, [event])}
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

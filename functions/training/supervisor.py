@@ -5,7 +5,9 @@ starts each worker with the environment its framework's operator would inject, w
 their logs under the artifact root, enforces the timeout, retries the whole job, and
 reports ``job.started``, then ``job.succeeded`` (with the metrics the job wrote to
 ``$CASCADE_OUTPUT_DIR/metrics.json``), ``job.failed`` (with the log tail) or
-``job.cancelled`` (on SIGTERM), keeping the job record current.
+``job.cancelled`` (on SIGTERM, with the reason the canceller recorded), keeping the job record
+current. While it runs, each line a worker appends to ``$CASCADE_OUTPUT_DIR/metrics.jsonl``
+(``{"step": 3, "loss": 0.4}``) becomes a ``trial.reported`` event, so an experiment can prune it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Supervisor:
         self.policy, self.run_as = JobPolicy.from_settings(cfg), cfg.training.run_as
         self.procs: list[subprocess.Popen[bytes]] = []
         self.cancelled = False
+        self._reported = 0  # bytes of metrics.jsonl already reported
         signal.signal(signal.SIGTERM, self._cancel)
 
     def _cancel(self, signum: int, frame: Any) -> None:
@@ -92,9 +95,34 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 p.kill()
 
+    def report(self) -> int:
+        """Publish the whole lines added to metrics.jsonl since the last call; the number published."""
+        path = self.output / "metrics.jsonl"
+        try:
+            with path.open("rb") as f:
+                f.seek(self._reported)
+                added = f.read(1 << 20)
+        except OSError:
+            return 0
+        complete = added[:added.rfind(b"\n") + 1]
+        self._reported += len(complete)
+        published = 0
+        for line in complete.splitlines():
+            try:
+                row = json.loads(line)
+                step = int(row.pop("step"))
+                values = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # not a metrics line: the job's own business
+            if step >= 0 and values:
+                self.emit("trial.reported", {"step": step, "metrics": values})
+                published += 1
+        return published
+
     def _wait(self, deadline: float | None) -> tuple[str, int, int]:
         """('ok'|'failed'|'timeout'|'cancelled', exit code, index of the failing worker)."""
         while True:
+            self.report()
             if self.cancelled:
                 return "cancelled", -15, 0
             codes = [p.poll() for p in self.procs]
@@ -145,8 +173,9 @@ class Supervisor:
                                         "durationSeconds": round(duration, 3), "framework": self.job.framework})
             return 0
         if outcome == "cancelled":
-            records.update(self.store, self.job.id, "cancelled", reason="cancelled on request")
-            self.emit("job.cancelled", {"reason": "cancelled on request"})
+            reason = str((records.get(self.store, self.job.id) or {}).get("cancelReason") or "cancelled on request")
+            records.update(self.store, self.job.id, "cancelled", reason=reason)
+            self.emit("job.cancelled", {"reason": reason})
             return 0
         log = sorted((self.output / "logs").glob(f"worker-{bad}.attempt-*.log"))[-1]
         tail = log.read_bytes()[-2000:].decode("utf-8", "replace")

@@ -62,7 +62,7 @@ def test_the_example_overlay_applies_and_moves_every_kafka_address(installed: Cl
     sinks = [d for d in docs if d["kind"] == "KafkaSink"]
     assert sinks and all(s["spec"]["bootstrapServers"] == [address] for s in sinks)
     pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Service", "Deployment")]
-    assert len(pods) == 7  # the gateway, four functions, the job watcher and the S3 source
+    assert len(pods) == 8  # the gateway, five functions, the job watcher and the S3 source
     for pod in pods:
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["CASCADE_KAFKA_BOOTSTRAP"]["valueFrom"]["configMapKeyRef"] == {
@@ -92,6 +92,8 @@ CAN = [  # account, verb, resource, namespace (None: every namespace), allowed
     ("deploy-model", "delete", "inferenceservices.serving.kserve.io", "cascade-default", True),
     ("deploy-model", "create", "pytorchjobs.kubeflow.org", "cascade-default", False),
     ("release-model", "get", "pytorchjobs.kubeflow.org", "cascade-default", False),
+    ("run-experiment", "delete", "pytorchjobs.kubeflow.org", "cascade-default", True),  # it prunes trials
+    ("run-experiment", "create", "pytorchjobs.kubeflow.org", "cascade-default", False),  # trials go via launch-training
     ("gateway", "list", "secrets", "cascade", False),
     ("job-watch", "watch", "pytorchjobs.kubeflow.org", None, True),
     ("job-watch", "list", "sparkapplications.sparkoperator.k8s.io", None, True),
@@ -362,3 +364,41 @@ def test_in_a_pod_the_service_account_is_used_and_no_kubeconfig_is_needed(instal
             api_client()  # outside a pod, without a kubeconfig: the fix is named
     finally:
         k8s.Configuration.set_default(None)  # in-cluster loading sets the process-wide default
+
+
+def test_an_experiment_renders_as_a_katib_experiment_the_api_server_accepts(cluster: Cluster) -> None:
+    import json as _json
+
+    from cascade.functions.experiments.katib import experiment
+
+    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "scripts" / "kube" / "crds" / "katib-experiments.yaml"))
+    cluster.kubectl("wait", "--for", "condition=established", "crd/experiments.kubeflow.org", "--timeout=60s")
+    namespace = cluster.namespace(unique("katib"))
+    spec = {"trial": {"framework": "pytorch", "entrypoint": {"script": "/app/train.py"}, "workers": 2,
+                      "hyperparameters": {"epochs": 3}, "resources": {"accelerator": "1(A100)"}},
+            "searchSpace": {"lr": {"type": "loguniform", "low": 1e-4, "high": 0.1},
+                            "hidden": {"type": "int", "low": 8, "high": 64, "step": 8},
+                            "optimizer": {"type": "choice", "values": ["adam", "sgd"]}},
+            "objective": {"metric": "loss", "goal": 0.05}, "algorithm": {"name": "tpe", "pruner": "median", "seed": 1},
+            "trials": 12, "parallel": 3}
+    rendered = experiment("mlp-search", spec, namespace, placed("pytorch", "nvidia").placement)
+    created = cluster.custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", namespace, "experiments",
+                                                             rendered)
+    s = created["spec"]
+    assert s["objective"] == {"type": "minimize", "objectiveMetricName": "loss", "goal": 0.05}
+    assert {p["name"]: p["parameterType"] for p in s["parameters"]} == {"lr": "double", "hidden": "int",
+                                                                        "optimizer": "categorical"}
+    assert s["parameters"][0]["feasibleSpace"]["distribution"] == "logUniform"
+    assert s["earlyStopping"]["algorithmName"] == "medianstop" and s["parallelTrialCount"] == 3
+    assert s["metricsCollectorSpec"]["source"]["fileSystemPath"]["path"] == "/output/metrics.jsonl"
+    template = s["trialTemplate"]
+    assert template["primaryContainerName"] == "pytorch" and template["trialSpec"]["kind"] == "PyTorchJob"
+    env = {e["name"]: e["value"] for e in
+           template["trialSpec"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]}
+    filled = env["CASCADE_HPARAMS"].replace("${trialParameters.lr}", "0.01").replace(
+        "${trialParameters.hidden}", "16").replace("${trialParameters.optimizer}", "adam")
+    assert _json.loads(filled) == {"epochs": 3, "lr": 0.01, "hidden": 16, "optimizer": "adam"}, "Katib fills valid JSON"
+    # the trial resource itself passes the operator's CRD once Katib names it
+    trial = {**template["trialSpec"], "metadata": {"name": "mlp-search-trial-1", "namespace": namespace}}
+    cluster.custom.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", trial,
+                                                   dry_run="All", field_validation="Strict")

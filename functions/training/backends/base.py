@@ -50,8 +50,9 @@ class TrainingBackend(Protocol):
         """The workers' output so far; NotFound when there is none yet."""
         ...
 
-    def cancel(self, job_id: str) -> None:
-        """Stop the job; it ends as ``cancelled``. Cancelling a finished job does nothing."""
+    def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
+        """Stop the job; it ends as ``cancelled`` with ``reason`` (``pruned`` by an experiment). Cancelling a finished
+        job does nothing."""
         ...
 
     def reconcile(self) -> list[Change]:

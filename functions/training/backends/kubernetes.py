@@ -138,7 +138,7 @@ class KubernetesBackend:
         obj = self._get(self._resource(job_id))
         return "failed" if obj is None else phase(obj)
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
         r = self._resource(job_id)
         if (self.store.get_record("job", job_id) or {}).get("status") in records.FINAL:
             return
@@ -149,7 +149,7 @@ class KubernetesBackend:
         except k8s.ApiException as exc:
             if exc.status != 404:
                 raise explain(f"delete {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
-        records.update(self.store, job_id, "cancelled", reason="deleted on request")
+        records.update(self.store, job_id, "cancelled", reason=reason)
 
     def _pods(self, r: dict[str, str]) -> list[Any]:
         try:

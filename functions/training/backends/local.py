@@ -79,13 +79,13 @@ class LocalBackend:
         record = self._record(job_id)
         return self._gone(record) or str(record.get("status"))
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
         record = self._record(job_id)
         if record.get("status") in records.FINAL:
             return
         # Recorded first: a supervisor that has not started yet stops at once, and one killed
         # before it could report still ends as cancelled.
-        records.update(self.store, job_id, str(record.get("status")), cancelRequested=True)
+        records.update(self.store, job_id, str(record.get("status")), cancelRequested=True, cancelReason=reason)
         pid = int(record.get("supervisor") or 0)
         if pid and _alive(pid):
             os.kill(pid, signal.SIGTERM)  # the supervisor stops its workers and reports job.cancelled

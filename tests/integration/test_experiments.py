@@ -1,0 +1,99 @@
+"""A hyper-parameter search end to end on the real Kafka and Redis: 12 trials of a small PyTorch model over a
+learning rate and a hidden size, 3 at a time on the local backend, pruned by ASHA on the losses the trials
+append to metrics.jsonl."""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers.waiting import events_until
+from tests.integration.test_training import HELPERS, Platform, running_platform
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    with running_platform(tmp_path_factory.mktemp("hpo"), f"hpo-{uuid.uuid4().hex[:8]}") as (p, _):
+        yield p
+
+
+def test_an_experiment_searches_prunes_and_names_its_best_trial(platform: Platform) -> None:
+    p = platform
+    workspace = p.home / "workspaces" / "default"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "train_hpo.py").write_text((HELPERS / "train_hpo.py").read_text())
+    spec: dict[str, Any] = {
+        "name": "mlp-search",
+        "trial": {"framework": "pytorch", "entrypoint": {"script": "train_hpo.py"},
+                  "hyperparameters": {"steps": 30, "iterations": 20}, "timeoutSeconds": 300},
+        "searchSpace": {"lr": {"type": "loguniform", "low": 1e-4, "high": 0.3},
+                        "hidden": {"type": "int", "low": 2, "high": 48, "step": 2}},
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "algorithm": {"name": "tpe", "pruner": "asha", "minSteps": 2, "seed": 11},
+        "trials": 12, "parallel": 3}
+    auth = {"authorization": f"Bearer {p.token}"}
+    bad = httpx.post(f"{p.gateway}/v1/experiments", headers=auth,
+                     json={**spec, "searchSpace": {"lr": {"type": "loguniform", "low": 0, "high": 1}}})
+    assert bad.status_code == 400 and "/spec/searchSpace/lr/low" in bad.text
+    reply = httpx.post(f"{p.gateway}/v1/experiments", headers=auth, json=spec)
+    assert reply.status_code == 202, reply.text
+    experiment = reply.json()["experimentId"]
+
+    [done] = events_until(p.bus, p.topic, bool, 600, what=f"experiment {experiment} to end",
+                          keep=lambda e: e.get("subject") == experiment and str(e["type"]).startswith("io.cascade.experiment.")
+                          and not str(e["type"]).endswith("submitted.v1"))
+    assert done["type"] == "io.cascade.experiment.succeeded.v1", done.get_data()
+    result = done.get_data()
+    state = httpx.get(f"{p.gateway}/v1/experiments/{experiment}", headers=auth).json()
+    trials = state["trials"]
+    print(f"\n{experiment}: {result['trials']}, best {result['value']:.4f} with {result['parameters']}")
+    assert len(trials) == 12 and sum(result["trials"].values()) == 12
+    completed = [t["value"] for t in trials if t["state"] == "complete"]
+    reached = [t["value"] if t["state"] == "complete" else t["steps"][max(t["steps"], key=int)] for t in trials]
+    assert result["value"] == min(completed) < statistics.median(reached), "the best trial beats the median trial"
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    assert pruned, "ASHA pruned trials that fell behind"
+    assert all(max(int(s) for s in t["steps"]) < 29 for t in pruned), "pruned trials stopped before their last step"
+    cancelled = events_until(p.bus, p.topic, lambda seen: len(seen) >= len(pruned), 60, what="pruned trials cancelled",
+                             keep=lambda e: e["type"] == "io.cascade.job.cancelled.v1"
+                             and str(e.get("subject", "")).startswith(experiment))
+    assert {e.get_data()["reason"] for e in cancelled} == {"pruned"}
+    spans = sorted((t["started"], t.get("ended") or t["started"]) for t in trials)
+    assert max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans) <= 3, "never more than 3 at once"
+
+    listed = p.running.cascade("experiments", "ls")
+    assert listed.returncode == 0 and experiment in listed.stdout and "succeeded" in listed.stdout
+    shown = p.running.cascade("experiments", "show", experiment)
+    assert shown.returncode == 0 and result["bestTrial"] in shown.stdout
+    job = httpx.get(f"{p.gateway}/v1/jobs/{result['bestTrial']}", headers=auth).json()
+    assert job["status"] == "succeeded" and job["spec"]["hyperparameters"]["lr"] == result["parameters"]["lr"]
+
+
+def test_stopping_an_experiment_cancels_its_trials(platform: Platform, tmp_path: Path) -> None:
+    p = platform
+    auth = {"authorization": f"Bearer {p.token}"}
+    spec = {"trial": {"framework": "pytorch", "entrypoint": {"script": "train_hpo.py"},
+                      "hyperparameters": {"steps": 400, "iterations": 20}},
+            "searchSpace": {"lr": {"type": "uniform", "low": 0.001, "high": 0.01},
+                            "hidden": {"type": "choice", "values": [4, 8]}},
+            "objective": {"metric": "loss"}, "algorithm": {"name": "random"}, "trials": 4, "parallel": 2}
+    experiment = httpx.post(f"{p.gateway}/v1/experiments", headers=auth, json=spec).json()["experimentId"]
+    events_until(p.bus, p.topic, lambda seen: len(seen) >= 2, 180, what="both trials running",
+                 keep=lambda e: e["type"] == "io.cascade.job.started.v1" and str(e.get("subject", "")).startswith(experiment))
+    assert httpx.post(f"{p.gateway}/v1/experiments/{experiment}/stop", headers=auth).status_code == 202
+    [ended] = events_until(p.bus, p.topic, bool, 120, what="the experiment to end",
+                           keep=lambda e: e.get("subject") == experiment and e["type"] == "io.cascade.experiment.failed.v1")
+    assert ended.get_data()["reason"] == "stopped on request"
+    events_until(p.bus, p.topic, lambda seen: len(seen) >= 2, 60, what="its trials cancelled",
+                 keep=lambda e: e["type"] == "io.cascade.job.cancelled.v1" and str(e.get("subject", "")).startswith(experiment))
+    other = httpx.get(f"{p.gateway}/v1/experiments/{experiment}",
+                      headers={"authorization": "Bearer casp_not-a-token"})
+    assert other.status_code == 401

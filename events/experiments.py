@@ -92,3 +92,16 @@ def listed(store: StateStore, project: str) -> list[dict[str, Any]]:
         except NotFound:
             continue
     return out
+
+
+def progress(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The objective per ended trial over time (seconds since the experiment started), with the best so far,
+    for the dashboard's plot."""
+    sign = -1.0 if state["spec"]["objective"].get("direction") == "maximize" else 1.0
+    points, best = [], None
+    for t in sorted((t for t in state.get("trials") or [] if t.get("state") == "complete"), key=lambda t: t["ended"]):
+        value = float(t["value"])
+        best = value if best is None or sign * value < sign * best else best
+        points.append({"t": round(float(t["ended"]) - float(state["created"]), 3), "value": value, "best": best,
+                       "jobId": t["jobId"]})
+    return points

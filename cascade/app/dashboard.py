@@ -27,8 +27,9 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
-from cascade.core.errors import CascadeError, InvalidInput
+from cascade.core.errors import CascadeError, InvalidInput, NotFound
 from cascade.core.versions import version_key
+from cascade.events import experiments
 from cascade.events.bus import EventBus, Record
 from cascade.events.dispatcher.service import trigger_lag
 from cascade.events.envelope import event_type
@@ -138,7 +139,16 @@ class Dashboard:
             for e in events:
                 counts[e["type"]] = counts.get(e["type"], 0) + 1
             routes = {m: r for m, r in routes.items() if any(x["model"] == m for x in models)}
+        shown = []
+        for record in (self.state.find_records("experiment") if store_up else [])[-20:]:
+            if caller.sees(record.get("project")):
+                try:
+                    state = experiments.read(self.state, str(record["id"]))
+                except NotFound:
+                    continue
+                shown.append({**experiments.summary(state), "points": experiments.progress(state)})
         return {"now": time.time(), "events": events, "eventCounts": counts, "triggers": triggers,
+                "experiments": shown,
                 "project": caller.project,
                 "services": runtime_admin(self.runtime_url, "/_runtime/services", token, 1.0) if caller.platform else [],
                 "routes": routes,

@@ -129,3 +129,29 @@ def test_values_from_the_platform_are_text_never_markup_or_script(platform: Runn
     assert not browser.find_elements(By.CSS_SELECTOR, "#functions tbody tr"), \
         "a project token sees none of the platform's services"
     holds(lambda: browser.title == "Cascade", 1.0, "the page keeping its title (a script from data would rename it)")
+
+
+def test_an_experiment_is_plotted_per_trial_with_its_best_so_far(platform: Running, browser: webdriver.Chrome) -> None:
+    from cascade.events.envelope import new_event
+    from cascade.functions.experiments.controller import Experiments
+
+    store = SqliteStore(Path(platform.env["CASCADE_HOME"]) / "state.db")
+    clock = [100.0]
+    controller = Experiments(store, lambda job, why: None, clock=lambda: clock[0])
+    spec = {"name": "plotted", "trial": {"framework": "pytorch", "entrypoint": {"script": "t.py"}},
+            "searchSpace": {"lr": {"type": "uniform", "low": 0.01, "high": 0.1}}, "objective": {"metric": "loss"},
+            "algorithm": {"name": "random"}, "trials": 3, "parallel": 3}
+    controller.submitted(new_event("experiment.submitted", {"experimentId": "exp-plot", "project": "default",
+                                                            "spec": spec}, source="/t"))
+    for n, loss in enumerate([0.5, 0.8, 0.2]):  # the second is worse: the best-so-far line stays flat there
+        clock[0] += 10
+        controller.ended(new_event("job.succeeded", {"jobId": f"exp-plot-t{n}", "artifactUri": "file:///x",
+                                                     "metrics": {"loss": loss}}, source="/t"))
+    browser.get(f"{platform.dashboard}/#token={platform.token}")
+    row = '#experiments tr[data-experiment="exp-plot"]'
+    eventually(lambda: len(browser.find_elements(By.CSS_SELECTOR, f"{row} svg circle.trial")) == 3, 30,
+               "three trial dots")
+    assert "succeeded" in text(browser, row) and "loss 0.2000 (exp-plot-t2)" in text(browser, row)
+    line = browser.find_element(By.CSS_SELECTOR, f"{row} svg polyline.best").get_attribute("points")
+    ys = [float(p.split(",")[1]) for p in str(line).split()]
+    assert len(ys) == 3 and ys[0] == ys[1] < ys[2], ys  # flat over the worse trial, then lower (SVG y grows downwards)

@@ -185,7 +185,8 @@ def load(path: Path, fmt: str) -> tuple[Any, Any]:
 
         booster = xgboost.Booster()
         booster.load_model(str(path))
-        return (lambda x: np.asarray(booster.predict(xgboost.DMatrix(x)))), booster
+        booster.set_param({"nthread": int(os.environ.get("CASCADE_MODEL_THREADS", "1"))})  # no OpenMP pool per fork
+        return (lambda x: np.asarray(booster.inplace_predict(x))), booster
     if fmt == "onnx":
         import onnxruntime
 
@@ -303,7 +304,10 @@ class _LoopbackREST(RESTServer):  # type: ignore[misc]  # kserve ships no type i
 
 FRAMEWORKS = {"torchscript": ("torch",), "pytorch": ("torch",), "pytorch-export": ("torch",),
               "huggingface": ("torch", "transformers"), "lora-adapter": ("torch", "transformers", "peft"),
-              "sklearn": ("joblib", "sklearn"), "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
+              # unpickling an estimator imports its family: the common ones are imported once, in the zygote
+              "sklearn": ("joblib", "sklearn", "sklearn.linear_model", "sklearn.ensemble", "sklearn.tree",
+                          "sklearn.pipeline", "sklearn.preprocessing", "sklearn.svm", "sklearn.neighbors"),
+              "xgboost": ("xgboost",), "onnx": ("onnxruntime",)}
 
 
 def preload(fmt: str) -> None:

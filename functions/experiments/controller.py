@@ -16,6 +16,11 @@ platform loses nothing and resubmits no running trial.
   ``experiment.succeeded`` (best trial, parameters, value) or ``experiment.failed``.
 * ``experiment.stopped``: cancel the running trials and end.
 
+With a ``model`` in the trial template and a ``release`` expression in the experiment, the end
+registers and releases the best trial's model through the usual release path (release-model's
+registration, ``release.when`` set to the experiment's expression over the best trial's
+metrics); the trials themselves register nothing.
+
 A trial is job ``<experiment>-t<n>``: the template's spec with the trial's parameters merged
 into its hyperparameters (``CASCADE_HPARAMS``), submitted as ``job.submitted`` through the
 same launcher, matcher and quotas as any job.
@@ -103,8 +108,9 @@ def counts(state: dict[str, Any]) -> dict[str, int]:
 
 class Experiments:
     def __init__(self, store: StateStore, cancel: Callable[[str, str], None],
-                 clock: Callable[[], float] = time.time) -> None:
-        self.store, self.cancel, self.clock = store, cancel, clock
+                 clock: Callable[[], float] = time.time,
+                 release: Callable[[CloudEvent], list[CloudEvent]] | None = None) -> None:
+        self.store, self.cancel, self.clock, self.release = store, cancel, clock, release
 
     # -- state -------------------------------------------------------------------------
     def get(self, experiment_id: str) -> dict[str, Any]:
@@ -266,6 +272,19 @@ class Experiments:
         state, _ = self._change(experiment_id, stop)
         return self._outcome(event, state)
 
+    def _release_best(self, cause: CloudEvent, state: dict[str, Any], top: dict[str, Any]) -> list[CloudEvent]:
+        """The best trial's model, registered and (when the experiment's ``release`` holds) released."""
+        model, gate = state["spec"]["trial"].get("model"), state["spec"].get("release")
+        record = jobrecords.get(self.store, top["jobId"]) or {}
+        if self.release is None or not model or not gate or not record.get("artifactUri"):
+            return []
+        spec = {**(record.get("spec") or {}), "model": {**model, "release": {**(model.get("release") or {}), "when": gate}}}
+        self.store.put_record("job", top["jobId"], {**record, "spec": spec}, index=jobrecords.INDEX)
+        succeeded = follow_up(cause, "job.succeeded", {"jobId": top["jobId"], "artifactUri": record["artifactUri"],
+                                                       "metrics": record.get("metrics") or {}},
+                              source=SOURCE, id=f"best-{state['id']}", subject=top["jobId"])
+        return self.release(succeeded)
+
     def _announce(self, experiment_id: str) -> bool:
         """Whether this delivery is the one that announces the end (the first to mark it, by compare-and-set)."""
         def mark(state: dict[str, Any]) -> bool:
@@ -303,6 +322,7 @@ class Experiments:
                 out.append(follow_up(cause, "experiment.succeeded", data, source=SOURCE, id=f"end-{state['id']}",
                                      subject=state["id"], partitionkey=state["id"],
                                      extensions={"project": state["project"]}))
+                out += self._release_best(out[-1], state, top)
             else:
                 out.append(follow_up(cause, "experiment.failed", {
                     "experimentId": state["id"], "reason": state.get("reason") or "no trial completed",

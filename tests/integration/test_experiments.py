@@ -30,10 +30,12 @@ def test_an_experiment_searches_prunes_and_names_its_best_trial(platform: Platfo
     workspace = p.home / "workspaces" / "default"
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "train_hpo.py").write_text((HELPERS / "train_hpo.py").read_text())
+    model = f"mlp-{uuid.uuid4().hex[:6]}"
     spec: dict[str, Any] = {
-        "name": "mlp-search",
+        "name": "mlp-search", "release": "data.loss < 1.0",
         "trial": {"framework": "pytorch", "entrypoint": {"script": "train_hpo.py"},
-                  "hyperparameters": {"steps": 30, "iterations": 20}, "timeoutSeconds": 300},
+                  "hyperparameters": {"steps": 30, "iterations": 20}, "timeoutSeconds": 300,
+                  "model": {"name": model, "file": "model.pt", "format": "torchscript"}},
         "searchSpace": {"lr": {"type": "loguniform", "low": 1e-4, "high": 0.3},
                         "hidden": {"type": "int", "low": 2, "high": 48, "step": 2}},
         "objective": {"metric": "loss", "direction": "minimize"},
@@ -75,6 +77,11 @@ def test_an_experiment_searches_prunes_and_names_its_best_trial(platform: Platfo
     assert shown.returncode == 0 and result["bestTrial"] in shown.stdout
     job = httpx.get(f"{p.gateway}/v1/jobs/{result['bestTrial']}", headers=auth).json()
     assert job["status"] == "succeeded" and job["spec"]["hyperparameters"]["lr"] == result["parameters"]["lr"]
+    # the best trial's model, and only its, was registered and released through the release path
+    registered = events_until(p.bus, p.topic, lambda seen: any(e["type"].endswith("released.v1") for e in seen), 60,
+                              what=f"{model} released", keep=lambda e: str(e.get("subject", "")).startswith(f"{model}:"))
+    [reg] = [e for e in registered if e["type"] == "io.cascade.model.registered.v1"]
+    assert reg.get_data()["lineage"]["job"] == result["bestTrial"] and reg["subject"] == f"{model}:1"
 
 
 def test_stopping_an_experiment_cancels_its_trials(platform: Platform, tmp_path: Path) -> None:

@@ -170,3 +170,26 @@ def test_no_trial_starts_once_the_budget_is_spent(tmp_path: Path) -> None:
     cards.now += 1800  # two cards for half an hour: the card-hour budget
     [spent] = cards.end("exp-1-t0", 0.4)
     assert spent.get_data()["reason"] == "the budget of 1 card-hours is spent"
+
+
+def test_the_best_trials_model_is_released_through_the_release_path(tmp_path: Path) -> None:
+    from cascade.events import jobrecords
+
+    released: list[CloudEvent] = []
+    h = Harness(tmp_path, trials=2, parallel=2, algorithm={"name": "random"}, release="data.loss < 0.5",
+                trial={**TRIAL, "model": {"name": "mlp", "file": "model.pt", "format": "torchscript"}})
+    h.controller = Experiments(h.store, lambda job, why: None, clock=lambda: h.now,
+                               release=lambda e: released.append(e) or [new_event("model.registered", {
+                                   "model": "mlp", "version": "1", "artifactUri": "file:///o/model.pt",
+                                   "sha256": "0" * 64, "format": "torchscript"}, source="/t")])
+    submitted = h.submit()
+    assert all("model" not in e.get_data()["spec"] for e in submitted), "trials register nothing themselves"
+    for job, loss in (("exp-1-t0", 0.4), ("exp-1-t1", 0.3)):
+        jobrecords.update(h.store, job, "succeeded", artifactUri=f"file:///out/{job}", metrics={"loss": loss})
+    h.end("exp-1-t0", 0.4)
+    ending = h.end("exp-1-t1", 0.3)
+    assert [e["type"] for e in ending] == ["io.cascade.experiment.succeeded.v1", "io.cascade.model.registered.v1"]
+    [best] = released
+    assert best.get_data() == {"jobId": "exp-1-t1", "artifactUri": "file:///out/exp-1-t1", "metrics": {"loss": 0.3}}
+    model = jobrecords.get(h.store, "exp-1-t1")["spec"]["model"]  # type: ignore[index]
+    assert model["release"]["when"] == "data.loss < 0.5" and model["name"] == "mlp"

@@ -9,6 +9,7 @@ from cloudevents.http import CloudEvent
 
 from cascade.core.settings import Settings
 from cascade.functions.experiments.controller import Experiments
+from cascade.functions.models import Models
 from cascade.functions.training.backends import open_backend
 from cascade.stores import open_store
 
@@ -19,7 +20,7 @@ def start(config: dict[str, Any]) -> None:
     global _experiments
     cfg = Settings()  # this process's settings, read once at its entry point
     store = open_store(cfg.state_url)
-    _experiments = Experiments(store, open_backend(cfg, store).cancel)
+    _experiments = Experiments(store, open_backend(cfg, store).cancel, release=Models(cfg).on_succeeded)
 
 
 def handle(event: CloudEvent) -> list[CloudEvent] | None:

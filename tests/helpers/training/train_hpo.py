@@ -29,3 +29,4 @@ for step in range(int(params.get("steps", 30))):
         f.write(json.dumps({"step": step, "loss": float(loss)}) + "\n")
     print(f"step {step} loss {float(loss):.4f}", flush=True)
 (out / "metrics.json").write_text(json.dumps({"loss": float(loss)}))
+torch.jit.trace(model, valid[0][:1]).save(str(out / "model.pt"))  # what an experiment may release

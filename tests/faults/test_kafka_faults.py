@@ -32,13 +32,16 @@ def workload(tmp_path: Path, services: tuple[Any, RedisServer], **options: Any) 
     return Workload(tmp_path, f"kafka://{kafka.bootstrap}", redis.url, **options)
 
 
-def check(w: Workload, what: str) -> None:
+def check(w: Workload, what: str, repeatable: int = 0) -> None:
+    """Nothing accepted is lost, nothing dead-lettered, and no side effect twice, except at most ``repeatable``: a
+    SIGKILL can land in the instant between a handler's side effect and the record of its completion
+    (docs/reliability.md), and that one event is handled again after the restart."""
     report = w.settle()
     print(f"\n{what}:\n{report}")
     lost_sink, lost_hook = w.lost()
     assert not lost_sink and not lost_hook, report
     effects = w.effects()
-    assert len(effects) == len(set(effects)), report
+    assert len(effects) - len(set(effects)) <= repeatable, report
     assert w.dead_letters() == 0, report
 
 
@@ -128,4 +131,4 @@ def test_the_platform_killed_and_restarted_mid_stream(tmp_path: Path, services: 
         w.start_sending()
         w.wait_accepted(len(w.report.accepted) + 100, timeout=120)
         w.stop_sending()
-        check(w, "cascade up killed (SIGKILL to every process of its tree) and restarted")
+        check(w, "cascade up killed (SIGKILL to every process of its tree) and restarted", repeatable=1)

@@ -56,9 +56,6 @@ def check(spec: Any) -> None:
         seen.append(name)
     if grid and any(p.get("when") for p in space.values()):
         raise InvalidInput("a grid search takes no conditional parameters", field="/spec/algorithm/name")
-    objective = spec["objective"]
-    if not isinstance(objective.get("metric"), str):
-        raise InvalidInput("the objective names a metric", field="/spec/objective/metric")
 
 
 
@@ -72,12 +69,21 @@ def read(store: StateStore, experiment_id: str, project: str | None = None) -> d
     return dict(state)
 
 
+def _sign(state: dict[str, Any]) -> float:
+    """+1 when lower is better, -1 when higher is: ``sign * value`` orders trials best first."""
+    return -1.0 if state["spec"]["objective"].get("direction") == "maximize" else 1.0
+
+
+def best(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The completed trial with the best objective value, or None before one completed."""
+    done = [t for t in state.get("trials") or [] if t.get("state") == "complete"]
+    return dict(min(done, key=lambda t: _sign(state) * float(t["value"]))) if done else None
+
+
 def summary(state: dict[str, Any]) -> dict[str, Any]:
     """One line of a listing: status, trials by state, the best value so far."""
     trials = state.get("trials") or []
-    done = [t for t in trials if t.get("state") == "complete"]
-    sign = -1.0 if state["spec"]["objective"].get("direction") == "maximize" else 1.0
-    top = min(done, key=lambda t: sign * float(t["value"])) if done else None
+    top = best(state)
     return {"id": state["id"], "name": state["spec"].get("name", ""), "status": state["status"],
             "trials": {s: sum(1 for t in trials if t.get("state") == s) for s in ("running", "complete", "pruned", "failed")},
             "metric": state["spec"]["objective"]["metric"],
@@ -97,11 +103,11 @@ def listed(store: StateStore, project: str) -> list[dict[str, Any]]:
 def progress(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The objective per ended trial over time (seconds since the experiment started), with the best so far,
     for the dashboard's plot."""
-    sign = -1.0 if state["spec"]["objective"].get("direction") == "maximize" else 1.0
-    points, best = [], None
+    sign = _sign(state)
+    points, so_far = [], None
     for t in sorted((t for t in state.get("trials") or [] if t.get("state") == "complete"), key=lambda t: t["ended"]):
         value = float(t["value"])
-        best = value if best is None or sign * value < sign * best else best
-        points.append({"t": round(float(t["ended"]) - float(state["created"]), 3), "value": value, "best": best,
+        so_far = value if so_far is None or sign * value < sign * so_far else so_far
+        points.append({"t": round(float(t["ended"]) - float(state["created"]), 3), "value": value, "best": so_far,
                        "jobId": t["jobId"]})
     return points

@@ -43,7 +43,7 @@ from optuna.trial import TrialState, create_trial
 from cascade.core.errors import NotFound, StoreUnavailable
 from cascade.events import jobrecords
 from cascade.events.envelope import follow_up
-from cascade.events.experiments import key
+from cascade.events.experiments import best, key
 from cascade.functions.experiments import space as spaces
 from cascade.scheduling.accelerators import parse
 from cascade.stores import StateStore
@@ -94,14 +94,6 @@ def build(state: dict[str, Any], salt: int = 0) -> optuna.Study:
     return study
 
 
-def best(state: dict[str, Any]) -> dict[str, Any] | None:
-    done = [t for t in state["trials"] if t["state"] == "complete"]
-    if not done:
-        return None
-    sign = -1.0 if state["spec"]["objective"].get("direction") == "maximize" else 1.0
-    return dict(min(done, key=lambda t: sign * float(t["value"])))
-
-
 def counts(state: dict[str, Any]) -> dict[str, int]:
     return {s: sum(1 for t in state["trials"] if t["state"] == s) for s in ("complete", "pruned", "failed")}
 
@@ -113,12 +105,6 @@ class Experiments:
         self.store, self.cancel, self.clock, self.release = store, cancel, clock, release
 
     # -- state -------------------------------------------------------------------------
-    def get(self, experiment_id: str) -> dict[str, Any]:
-        raw = self.store.get(key(experiment_id))
-        if raw is None:
-            raise NotFound(f"no experiment {experiment_id!r}")
-        return dict(json.loads(raw))
-
     def _change(self, experiment_id: str, change: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
         """Apply ``change`` to the stored state by compare-and-set (retried when another delivery won)."""
         for _ in range(100):

@@ -38,6 +38,7 @@ SSH_PORT = 2222  # the workers' sshd runs unprivileged; the images' ssh client c
 SSHD = ("ssh-keygen -q -N '' -t ed25519 -f /tmp/ssh_host_ed25519_key && "
         "exec /usr/sbin/sshd -D -e -f /etc/cascade/sshd_config -h /tmp/ssh_host_ed25519_key")
 OUTPUT = "/output"  # CASCADE_OUTPUT_DIR in every pod: an emptyDir
+SPARK_ACCOUNT = "cascade-spark"  # Spark drivers create their executors: made in every project's namespace
 LAUNCHER_LIMITS = {"cpu": "1", "memory": "1Gi"}  # a launcher only starts the workers' processes
 
 
@@ -209,14 +210,10 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
                      "arguments": [str(a) for a in entry.get("args", [])],
                      "restartPolicy": {"type": "OnFailure" if job.spec.get("retries") else "Never",
                                        "onFailureRetries": int(job.spec.get("retries", 0))},
-                     # the driver creates the executors: cascade-spark is made in every project's namespace
                      "driver": {"cores": 1, "memory": "1024m", "serviceAccount": SPARK_ACCOUNT, "labels": labels,
                                 "env": [{"name": k, "value": v} for k, v in sorted(job.job_env(OUTPUT).items())]
                                 + secret_env(job), "securityContext": podsecurity.container()},
                      "executor": executor}}
-
-
-SPARK_ACCOUNT = "cascade-spark"
 
 
 def render(job: TrainingJob, namespace: str) -> dict[str, Any]:

@@ -52,11 +52,9 @@ class KServeTarget:
         try:
             obj = self.custom.get_namespaced_custom_object(kserve.GROUP, kserve.VERSION, namespace, kserve.PLURAL,
                                                            model)
-        except k8s.ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:  # noqa: BLE001 - ApiException or no answer from the API server, both explained
+            if isinstance(exc, k8s.ApiException) and exc.status == 404:
                 return None
-            raise DeployFailed(str(explain(f"reading InferenceService {namespace}/{model}", exc))) from exc
-        except Exception as exc:  # noqa: BLE001 - no answer from the API server
             raise DeployFailed(str(explain(f"reading InferenceService {namespace}/{model}", exc))) from exc
         return cast(dict[str, Any], obj)
 

@@ -123,11 +123,9 @@ class KubernetesBackend:
         try:
             obj = self.custom.get_namespaced_custom_object(group, version, r["namespace"], kinds.plural(r["kind"]),
                                                            r["name"])
-        except k8s.ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:  # noqa: BLE001 - ApiException or the connection's own error, both explained
+            if isinstance(exc, k8s.ApiException) and exc.status == 404:
                 return None
-            raise explain(f"get {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
-        except Exception as exc:  # noqa: BLE001 - the connection's own error
             raise explain(f"get {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
         return cast(dict[str, Any], obj)
 

@@ -111,3 +111,21 @@ def progress(state: dict[str, Any]) -> list[dict[str, Any]]:
         points.append({"t": round(float(t["ended"]) - float(state["created"]), 3), "value": value, "best": so_far,
                        "jobId": t["jobId"]})
     return points
+
+
+def report_rows(text: bytes) -> list[tuple[int, dict[str, float]]]:
+    """The ``(step, metrics)`` of each whole ``metrics.jsonl`` line (``{"step": 3, "loss": 0.4}``) in ``text``.
+
+    Lines that are not such an object (a step of at least 0 and at least one number) are the job's own
+    business and are skipped; the local supervisor and the gateway's report route read lines the same way."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            step = int(row.pop("step"))
+            values = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if step >= 0 and values:
+            rows.append((step, values))
+    return rows

@@ -6,10 +6,17 @@ admin API, platform functions publishing job and model events) need more. ``casc
 creates one random credential, once, in ``CASCADE_HOME/platform.token`` (mode 0600, never
 printed); every part on the machine reads it from there, a pod from ``CASCADE_PLATFORM_TOKEN``
 (a Secret reference). A caller holding it is the platform; nobody else is.
+
+A job's report credential (``job_credential``) is derived from it for one job: the
+metrics-reporter beside a trial's pods holds it (from a Secret of the job's namespace) and may
+post that job's intermediate metrics, and nothing else. Nothing stores it; the gateway derives
+it again to check it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import os
 import secrets
@@ -54,3 +61,14 @@ def matches(presented: str, expected: str) -> bool:
 
 def auth_header(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def job_credential(platform: str, job_id: str) -> str:
+    """The credential that reports ``job_id``'s metrics: an HMAC of the job id under the platform credential."""
+    digest = hmac.new(platform.encode(), f"cascade-job-report\x00{job_id}".encode(), hashlib.sha256).digest()
+    return "casj_" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def reports_for(presented: str, platform: str, job_id: str) -> bool:
+    """Whether ``presented`` is ``job_id``'s report credential (never without a platform credential)."""
+    return bool(platform) and matches(presented, job_credential(platform, job_id))

@@ -148,6 +148,8 @@ def rbac(functions: list[FunctionSpec], projects: list[str]) -> list[dict[str, A
                  for group, plurals in CREATES[name].items()]
         if CREATES[name] is TRAINING_RESOURCES:
             rules += [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}]
+        if name == "launch-training":  # a trial's report credential, beside its pods (functions/training/kinds.py)
+            rules += [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
         for proj in projects:
             docs += _bind(f"cascade-{name}", f"{NAMESPACE}-{proj}", rules)
     for name in sorted(f.name for f in functions if f.name in STOPS):

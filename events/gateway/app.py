@@ -22,11 +22,12 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from cascade.core.errors import CascadeError, InvalidInput, NotFound, RetryableError
+from cascade.core.credentials import bearer, matches, reports_for
+from cascade.core.errors import CascadeError, InvalidInput, NotFound, RetryableError, Unauthorized
 from cascade.core.httpguard import LOCAL_HOSTS, HTTPGuard
 from cascade.core.jsonlimits import loads
 from cascade.core.settings import GatewaySettings
-from cascade.events import experiments
+from cascade.events import experiments, jobrecords
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import EventBus
 from cascade.events.bus.batching import GroupCommitter
@@ -256,6 +257,27 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     async def list_jobs(request: Request, status: str | None = None) -> list[dict[str, Any]]:
         """The token's project's jobs, optionally by status."""
         return await run_in_threadpool(gw.jobs.list, await gw.project(request, "read"), status)
+
+    @app.post("/v1/jobs/{job_id}/reports", status_code=202, responses=ACCEPTED, tags=["jobs"],
+              openapi_extra={"requestBody": {"required": True, "content": {  # JSON lines
+                  "text/plain": {"schema": {"type": "string"}}}}})
+    async def report_metrics(job_id: str, request: Request) -> dict[str, Any]:
+        """A running job's new ``metrics.jsonl`` lines, each a ``trial.reported`` event (on Kubernetes the
+        metrics-reporter beside the job's pods posts them with the job's report credential)."""
+        token = bearer(request.headers)
+        if not (reports_for(token, gw.auth.platform_token, job_id) or matches(token, gw.auth.platform_token)):
+            if await run_in_threadpool(gw.auth.identify, token) is not None:
+                raise Forbidden("a job's metrics are reported with its own report credential, not a project token")
+            raise Unauthorized("send the job's report credential (Secret <job>-report beside its pods) as a bearer token")
+        job = await run_in_threadpool(jobrecords.get, gw.store, job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}")
+        project = str(job["project"])
+        events = [new_event("trial.reported", {"jobId": job_id, "step": step, "metrics": values},
+                            source="/cascade/api/jobs", id=f"report-{job_id}-{step}", subject=job_id,
+                            partitionkey=job_id, extensions={"project": project})
+                  for step, values in experiments.report_rows(await gw.body(request))]
+        return await gw.publish("/v1/jobs/reports", project, events, dedup=True)
 
     @app.post("/v1/experiments", status_code=202, responses=ACCEPTED, tags=["experiments"],
               openapi_extra=_body_doc("application/json"))

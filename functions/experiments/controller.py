@@ -21,9 +21,9 @@ registers and releases the best trial's model through the usual release path (re
 registration, ``release.when`` set to the experiment's expression over the best trial's
 metrics); the trials themselves register nothing.
 
-A trial is job ``<experiment>-t<n>``: the template's spec with the trial's parameters merged
-into its hyperparameters (``CASCADE_HPARAMS``), submitted as ``job.submitted`` through the
-same launcher, matcher and quotas as any job.
+A trial is job ``<experiment>-t<n>``, labelled ``experiment`` and ``trial``: the template's spec
+with the trial's parameters merged into its hyperparameters (``CASCADE_HPARAMS``), submitted as
+``job.submitted`` through the same launcher, matcher and quotas as any job.
 """
 
 from __future__ import annotations
@@ -293,6 +293,7 @@ class Experiments:
             spec = copy.deepcopy(state["spec"]["trial"])
             spec["hyperparameters"] = {**(spec.get("hyperparameters") or {}), **t["params"]}
             spec["name"] = f"{state['spec'].get('name') or state['id']} trial {t['number']}"
+            spec["labels"] = {**(spec.get("labels") or {}), "experiment": state["id"], "trial": str(t["number"])}
             spec.pop("model", None)  # a trial's model is not released by itself; the experiment's end says which
             if jobrecords.get(self.store, t["jobId"]) is None:
                 jobrecords.create(self.store, t["jobId"], "training", state["project"], spec)

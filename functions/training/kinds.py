@@ -7,7 +7,9 @@ reaches the workers' sshd through the ``ssh``/``svc`` plugins, with a ``slots=``
 ``ray.io/v1`` RayJob (KubeRay starts Ray itself) and ``sparkoperator.k8s.io/v1beta2``
 SparkApplication. Every worker's pod template carries the matcher's image, nodeSelector,
 tolerations and resource limits. MXNet has no operator kind any more (the training operator
-dropped MXJob in v1.8), so it is refused here with that reason.
+dropped MXJob in v1.8), so it is refused here with that reason. A trial of an experiment
+(``labels.trial``) also carries the metrics-reporter sidecar in each pod (Spark's driver and
+executors excepted: their templates are the Spark operator's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from cascade.core import podsecurity
 from cascade.core.errors import InvalidInput
 from cascade.core.secrets import secret_refs
 from cascade.functions.training.job import TrainingJob
+from cascade.scheduling.frameworks import REGISTRY, VERSION
 
 KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     # framework: (kind, replica-specs key, container name, roles: first takes one replica, the last the rest)
@@ -40,10 +43,36 @@ SSHD = ("ssh-keygen -q -N '' -t ed25519 -f /tmp/ssh_host_ed25519_key && "
 OUTPUT = "/output"  # CASCADE_OUTPUT_DIR in every pod: an emptyDir
 SPARK_ACCOUNT = "cascade-spark"  # Spark drivers create their executors: made in every project's namespace
 LAUNCHER_LIMITS = {"cpu": "1", "memory": "1Gi"}  # a launcher only starts the workers' processes
+# A trial's pods post their metrics.jsonl lines here (functions/training/reporter.py): the gateway's Knative Service
+REPORT_URL = "http://cascade-gateway.cascade.svc.cluster.local/v1/jobs/{job}/reports"
+REPORTER_LIMITS = {"cpu": "100m", "memory": "128Mi"}
+
+
+def report_secret(job: TrainingJob) -> str:
+    """The Secret (key ``token``) holding a trial's report credential, in the job's namespace."""
+    return f"{job.name[:56]}-report"
+
+
+def job_labels(job: TrainingJob) -> dict[str, str]:
+    """The job's own labels as Kubernetes labels (``trial: "3"`` -> ``cascade.io/trial: "3"``)."""
+    return {f"cascade.io/{k}": str(v) for k, v in sorted((job.spec.get("labels") or {}).items())}
+
+
+def reporter(job: TrainingJob) -> dict[str, Any]:
+    """The metrics-reporter, a native sidecar (it starts first and Kubernetes stops it after the job's container)."""
+    env = {"CASCADE_OUTPUT_DIR": OUTPUT, "CASCADE_JOB_ID": job.id, "CASCADE_REPORT_URL": REPORT_URL.format(job=job.id)}
+    return {"name": "metrics-reporter", "image": f"{REGISTRY}/function-runtime:{VERSION}",
+            "command": ["python", "-m", "cascade.functions.training.reporter"], "restartPolicy": "Always",
+            "env": [{"name": k, "value": v} for k, v in sorted(env.items())] + [
+                {"name": "CASCADE_REPORT_TOKEN",
+                 "valueFrom": {"secretKeyRef": {"name": report_secret(job), "key": "token"}}}],
+            "securityContext": podsecurity.container(),
+            "volumeMounts": [{"name": "output", "mountPath": OUTPUT}],
+            "resources": {"limits": dict(REPORTER_LIMITS), "requests": dict(REPORTER_LIMITS)}}
 
 
 def pod_template(job: TrainingJob, container: str, command: list[str] | None, env: dict[str, str] | None = None,
-                 labels: dict[str, str] | None = None, *, placed: bool = True) -> dict[str, Any]:
+                 *, placed: bool = True) -> dict[str, Any]:
     """A pod template; ``placed=False`` for a launcher (no accelerator, any node). ``command=None`` keeps the
     image's (KubeRay adds its own ``ray start`` only to containers without one)."""
     p = job.placement
@@ -68,7 +97,9 @@ def pod_template(job: TrainingJob, container: str, command: list[str] | None, en
         spec["nodeSelector"] = dict(p.node_selector)
     if placed and p.tolerations:
         spec["tolerations"] = [dict(t) for t in p.tolerations]
-    return {"metadata": {"labels": {"cascade.io/job": job.name, **(labels or {})}}, "spec": spec}
+    if "trial" in (job.spec.get("labels") or {}):  # an experiment prunes on what its pods report while they run
+        spec["initContainers"] = [reporter(job)]
+    return {"metadata": {"labels": {"cascade.io/job": job.name, **job_labels(job)}}, "spec": spec}
 
 
 def secret_env(job: TrainingJob) -> list[dict[str, Any]]:
@@ -86,7 +117,7 @@ def _run_policy(job: TrainingJob) -> dict[str, Any]:
 def _metadata(job: TrainingJob, namespace: str) -> dict[str, Any]:
     return {"name": job.name, "namespace": namespace,
             "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/job": job.name,
-                       "cascade.io/project": job.project, "cascade.io/framework": job.framework}}
+                       "cascade.io/project": job.project, "cascade.io/framework": job.framework, **job_labels(job)}}
 
 
 def kubeflow(job: TrainingJob, namespace: str) -> dict[str, Any]:
@@ -191,7 +222,7 @@ def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:
     p = job.placement
     resources = job.spec.get("resources", {})
     cores, request = spark_cores(resources.get("cpu", "1"))
-    labels = {"cascade.io/job": job.name}  # the job's pods, found by the watcher like every other kind's
+    labels = {"cascade.io/job": job.name, **job_labels(job)}  # the job's pods, found like every other kind's
     executor: dict[str, Any] = {"instances": job.workers, "cores": cores, "coreRequest": request, "labels": labels,
                                 "memory": spark_memory(resources.get("memory", "2Gi")),
                                 "securityContext": podsecurity.container()}

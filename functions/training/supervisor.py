@@ -27,6 +27,7 @@ from cascade.core.settings import Settings
 from cascade.events import jobrecords as records
 from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
+from cascade.events.experiments import report_rows
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
 from cascade.functions.training.policy import JobPolicy, drop_to, worker_base_env
@@ -106,18 +107,10 @@ class Supervisor:
             return 0
         complete = added[:added.rfind(b"\n") + 1]
         self._reported += len(complete)
-        published = 0
-        for line in complete.splitlines():
-            try:
-                row = json.loads(line)
-                step = int(row.pop("step"))
-                values = {k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # not a metrics line: the job's own business
-            if step >= 0 and values:
-                self.emit("trial.reported", {"step": step, "metrics": values})
-                published += 1
-        return published
+        rows = report_rows(complete)
+        for step, values in rows:
+            self.emit("trial.reported", {"step": step, "metrics": values})
+        return len(rows)
 
     def _wait(self, deadline: float | None) -> tuple[str, int, int]:
         """('ok'|'failed'|'timeout'|'cancelled', exit code, index of the failing worker)."""

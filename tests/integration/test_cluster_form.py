@@ -10,6 +10,7 @@ deploy-model, with its own token, runs a release to model.deployed or model.depl
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from cascade.core.credentials import job_credential
 from cascade.core.errors import InvalidInput, PermanentError
 from cascade.core.settings import Settings
 from cascade.events.bus.embedded import EmbeddedBus
@@ -87,6 +89,9 @@ CAN = [  # account, verb, resource, namespace (None: every namespace), allowed
     ("launch-training", "create", "inferenceservices.serving.kserve.io", "cascade-default", False),
     ("launch-training", "create", "pods", "cascade-default", False),
     ("launch-training", "get", "secrets", "cascade-default", False),
+    ("launch-training", "create", "secrets", "cascade-default", True),  # a trial's report credential
+    ("launch-training", "patch", "secrets", "cascade-default", False),
+    ("launch-finetune", "create", "secrets", "cascade-default", False),
     ("launch-finetune", "create", "pytorchjobs.kubeflow.org", "cascade-default", True),
     ("deploy-model", "create", "inferenceservices.serving.kserve.io", "cascade-vision", True),
     ("deploy-model", "delete", "inferenceservices.serving.kserve.io", "cascade-default", True),
@@ -286,6 +291,35 @@ def test_the_kubernetes_backend_runs_a_jobs_whole_life(installed: Cluster, proje
         watcher.stop()
         bus.close()
         store.close()
+
+
+def test_a_trial_runs_with_its_labels_its_reporter_and_a_report_credential_only_it_holds(
+        installed: Cluster, project: str, tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.db")
+    launcher = KubernetesBackend(installed.client_as(installed.token_for("cascade", "cascade-launch-training")), store,
+                                 "cascade-", platform_token="casp_cluster-test")
+    base = placed("pytorch", "nvidia")
+    trial = TrainingJob(f"exp-{unique('e')}-t3", project, {**base.spec, "labels": {"experiment": "exp-x", "trial": "3"}},
+                        base.placement)
+    launcher.launch(trial, {"project": project})
+    launcher.launch(trial, {"project": project})  # a redelivered launch: the same resource, the same Secret
+    ns = f"cascade-{project}"
+    resource = installed.custom.get_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", trial.name)
+    assert resource["metadata"]["labels"]["cascade.io/trial"] == "3"
+    pod = resource["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["metrics-reporter"], "the API server kept the sidecar"
+    assert pod["initContainers"][0]["restartPolicy"] == "Always"
+    secret = installed.core.read_namespaced_secret(kinds.report_secret(trial), ns)
+    assert base64.b64decode(secret.data["token"]).decode() == job_credential("casp_cluster-test", trial.id)
+    [owner] = secret.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid) == ("PyTorchJob", trial.name, resource["metadata"]["uid"]), \
+        "deleted with its job by the garbage collector"
+    plain = TrainingJob(f"job-{unique('j')}", project, base.spec, base.placement)
+    launcher.launch(plain, {})
+    with pytest.raises(k8s.ApiException) as none:
+        installed.core.read_namespaced_secret(kinds.report_secret(plain), ns)
+    assert none.value.status == 404, "a job outside an experiment gets no report credential"
+    store.close()
 
 
 def test_refusals_carry_the_api_servers_explanation(installed: Cluster, project: str, tmp_path: Path) -> None:

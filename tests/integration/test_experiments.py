@@ -4,15 +4,20 @@ append to metrics.jsonl."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cloudevents.http import CloudEvent
 
+from cascade.core.credentials import job_credential
 from tests.helpers.waiting import events_until, eventually
 from tests.integration.test_training import HELPERS, Platform, running_platform
 
@@ -108,3 +113,33 @@ def test_stopping_an_experiment_cancels_its_trials(platform: Platform, tmp_path:
     other = httpx.get(f"{p.gateway}/v1/experiments/{experiment}",
                       headers={"authorization": "Bearer casp_not-a-token"})
     assert other.status_code == 401
+
+    # A trial's job carries its labels; on Kubernetes its pods' metrics-reporter (run here as the process a pod
+    # runs) posts metrics.jsonl through the gateway with the trial's report credential, and sends its last
+    # lines when the pod stops it.
+    trial = f"{experiment}-t0"
+    record = httpx.get(f"{p.gateway}/v1/jobs/{trial}", headers=auth).json()
+    assert record["spec"]["labels"] == {"experiment": experiment, "trial": "0"}
+    platform_credential = p.running.admin["authorization"].split()[1]
+    out = tmp_path / "output"
+    out.mkdir()
+    env = {**os.environ, "CASCADE_OUTPUT_DIR": str(out), "CASCADE_REPORT_URL": f"{p.gateway}/v1/jobs/{trial}/reports",
+           "CASCADE_REPORT_TOKEN": job_credential(platform_credential, trial), "CASCADE_REPORT_INTERVAL": "0.2"}
+    sidecar = subprocess.Popen([sys.executable, "-m", "cascade.functions.training.reporter"], env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        def reported(step: int) -> Callable[[list[CloudEvent]], bool]:
+            return lambda seen: any(e.get_data()["step"] == step for e in seen)
+
+        keep = {"keep": lambda e: e["type"] == "io.cascade.trial.reported.v1" and e.get("subject") == trial}
+        (out / "metrics.jsonl").write_text('{"step": 100, "loss": 0.25}\n')
+        events_until(p.bus, p.topic, reported(100), 30, what="the reporter's first line", **keep)
+        with (out / "metrics.jsonl").open("a") as f:
+            f.write('{"step": 101, "loss": 0.125}\n')
+        sidecar.terminate()  # at once: the line is sent on the way out
+        assert sidecar.wait(30) == 0, sidecar.stderr.read() if sidecar.stderr else ""
+        [last] = [e for e in events_until(p.bus, p.topic, reported(101), 30, what="the last line", **keep)
+                  if e.get_data()["step"] == 101]
+        assert last["project"] == "default" and last.get_data()["metrics"] == {"loss": 0.125}
+    finally:
+        sidecar.kill()

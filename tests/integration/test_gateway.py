@@ -14,16 +14,20 @@ import pytest
 from cloudevents.http import CloudEvent
 from fastapi.testclient import TestClient
 
+from cascade.core.credentials import job_credential
 from cascade.core.settings import GatewaySettings
+from cascade.events import jobrecords
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus.kafka import KafkaBus
 from cascade.events.envelope import new_event
 from cascade.events.gateway import create_app
 from cascade.events.identity import Projects
+from cascade.functions.training.reporter import Reporter
 from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain, make_bus
 
 SECRET = "cvat-secret"
+PLATFORM = "casp_test-platform-credential"
 UPLOAD = {"dataset": "cats", "uri": "s3://cats/1.jpg", "size": 3, "origin": "api"}
 
 
@@ -34,6 +38,7 @@ class Env:
     topic: str
     alpha: str  # token of project alpha
     beta: str  # token of project beta
+    store: SqliteStore
 
     def auth(self, token: str | None = None) -> dict[str, str]:
         return {"authorization": f"Bearer {token or self.alpha}"}
@@ -56,8 +61,8 @@ def build(tmp_path: Path, topic: str, **settings: Any) -> Env:
     projects.create_project("alpha")
     projects.create_project("beta")
     cfg = GatewaySettings(cvat_secret=SECRET, **settings)
-    client = TestClient(create_app(bus, store, cfg, topic), base_url="http://localhost")
-    return Env(client, bus, topic, projects.create_token("alpha"), projects.create_token("beta"))
+    client = TestClient(create_app(bus, store, cfg, topic, platform_token=PLATFORM), base_url="http://localhost")
+    return Env(client, bus, topic, projects.create_token("alpha"), projects.create_token("beta"), store)
 
 
 @pytest.fixture
@@ -269,6 +274,37 @@ def test_finetune_submission_and_idempotency_key(env: Env) -> None:
     [event] = env.landed(1)
     assert event["type"] == "io.cascade.finetune.submitted.v1"
     assert env.total() == 1
+
+
+def test_a_trials_reporter_turns_metrics_lines_into_trial_reported_with_its_credential_only(
+        env: Env, tmp_path: Path) -> None:
+    job = "exp-5e1f-t0"
+    jobrecords.create(env.store, job, "training", "alpha", SPEC)
+    url = f"/v1/jobs/{job}/reports"
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_bytes(b'{"step": 0, "loss": 0.9}\nnot json\n{"step": 1, "loss": 0.7, "note": "x"}\n{"step": 2, "lo')
+    reporter = Reporter(metrics, url, job_credential(PLATFORM, job))
+    assert reporter.post(env.client) and reporter.pending() == b"", "whole lines only: the half line waits"
+    first = env.landed(2)
+    assert [(e["type"], e["project"], e.get_data()) for e in first] == [
+        ("io.cascade.trial.reported.v1", "alpha", {"jobId": job, "step": 0, "metrics": {"loss": 0.9}}),
+        ("io.cascade.trial.reported.v1", "alpha", {"jobId": job, "step": 1, "metrics": {"loss": 0.7}})]
+    with metrics.open("ab") as f:
+        f.write(b'ss": 0.5}\n')
+    assert reporter.post(env.client)
+    assert env.landed(3)[-1].get_data() == {"jobId": job, "step": 2, "metrics": {"loss": 0.5}}
+    again = env.client.post(url, content=metrics.read_bytes(), headers={"authorization": f"Bearer {job_credential(PLATFORM, job)}"})
+    assert again.status_code == 202 and again.json()["accepted"] == 0, "a resent line is not published twice"
+    body = b'{"step": 9, "loss": 0.1}\n'
+    refusals = [(None, 401), (job_credential(PLATFORM, "exp-5e1f-t1"), 401), (job_credential("casp_other", job), 401),
+                (env.alpha, 403), (env.beta, 403)]
+    for token, status in refusals:
+        reply = env.client.post(url, content=body, headers={"authorization": f"Bearer {token}"} if token else {})
+        assert reply.status_code == status, (token, reply.text)
+    unknown = env.client.post("/v1/jobs/exp-5e1f-t7/reports", content=body,
+                              headers={"authorization": f"Bearer {job_credential(PLATFORM, 'exp-5e1f-t7')}"})
+    assert unknown.status_code == 404
+    assert env.total() == 3, "no refused report reached the bus"
 
 
 # -- bad input ---------------------------------------------------------------------------------------

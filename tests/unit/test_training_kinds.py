@@ -213,3 +213,35 @@ def test_every_framework_of_the_matrix_renders() -> None:
                       "colossalai", "ray", "spark"):
         assert kinds.render(placed(framework), "ns")["metadata"]["name"] == "job-abc"
     assert parse("2(A100)").cards == 2
+
+
+def test_a_trial_carries_its_labels_and_the_metrics_reporter_with_its_credential_from_a_secret() -> None:
+    trial = placed("pytorch", workers=2, labels={"experiment": "exp-1a2b", "trial": "3"})
+    resource = kinds.render(trial, "cascade-vision")
+    assert resource["metadata"]["labels"]["cascade.io/trial"] == "3"
+    assert resource["metadata"]["labels"]["cascade.io/experiment"] == "exp-1a2b"
+    for role in ("Master", "Worker"):
+        template = resource["spec"]["pytorchReplicaSpecs"][role]["template"]
+        assert template["metadata"]["labels"]["cascade.io/trial"] == "3"
+        [sidecar] = template["spec"]["initContainers"]
+        assert sidecar["restartPolicy"] == "Always", "a native sidecar: it does not hold the pod open"
+        assert sidecar["command"] == ["python", "-m", "cascade.functions.training.reporter"]
+        assert sidecar["volumeMounts"] == [{"name": "output", "mountPath": "/output"}]
+        env = {e["name"]: e for e in sidecar["env"]}
+        assert env["CASCADE_REPORT_URL"]["value"].endswith("/v1/jobs/job-Abc/reports")
+        assert "value" not in env["CASCADE_REPORT_TOKEN"], "the credential never sits in the resource"
+        assert env["CASCADE_REPORT_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "job-abc-report", "key": "token"}}
+        assert sidecar["securityContext"]["allowPrivilegeEscalation"] is False
+    plain = kinds.render(placed("pytorch"), "cascade-vision")
+    assert "initContainers" not in plain["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert not any(k in plain["metadata"]["labels"] for k in ("cascade.io/trial", "cascade.io/experiment"))
+
+
+def test_a_report_credential_is_one_jobs_and_needs_the_platform_credential() -> None:
+    from cascade.core.credentials import job_credential, reports_for
+
+    token = job_credential("casp_platform", "exp-1-t0")
+    assert reports_for(token, "casp_platform", "exp-1-t0")
+    assert not reports_for(token, "casp_platform", "exp-1-t1"), "another job's reports"
+    assert not reports_for(token, "casp_other", "exp-1-t0"), "another platform's"
+    assert not reports_for(job_credential("", "exp-1-t0"), "", "exp-1-t0"), "no platform credential, no credential"

@@ -17,10 +17,11 @@ __all__ = ["Change", "TrainingBackend", "lifecycle_event", "open_backend"]
 def open_backend(cfg: Settings, store: StateStore) -> TrainingBackend:
     """The backend ``cfg.training.backend`` names, on ``store``."""
     if cfg.training.backend == "kubernetes":
+        from cascade.core.credentials import platform_token
         from cascade.core.kube import api_client
         from cascade.functions.training.backends.kubernetes import KubernetesBackend
 
-        return KubernetesBackend(api_client(), store, cfg.training.namespace_prefix)
+        return KubernetesBackend(api_client(), store, cfg.training.namespace_prefix, platform_token(cfg.home))
     if cfg.training.backend == "local":
         from cascade.functions.training.backends.local import LocalBackend
 

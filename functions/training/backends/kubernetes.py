@@ -5,13 +5,15 @@ project's namespace with field manager ``cascade``. Status is read from each ope
 shape (Kubeflow conditions, Volcano ``state.phase``, KubeRay ``jobDeploymentStatus`` and
 ``jobStatus``, Spark ``applicationState.state``); a failure carries the operator's message
 and the pods' termination messages (their log tails); a success carries the metrics the job wrote
-(``metrics.json`` is the pods' termination message file). ``watch`` follows the resources over the
+(``metrics.json`` is the pods' termination message file). A trial's resource and pods carry its
+labels, and a Secret with its report credential sits beside them for the metrics-reporter. ``watch`` follows the resources over the
 API server's watch protocol (resource versions, reconnects) and wakes the job watcher at once.
 Errors carry the API server's own explanation; 4xx answers are permanent, the rest retryable.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -21,6 +23,7 @@ from typing import Any, cast
 from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 
+from cascade.core.credentials import job_credential
 from cascade.core.errors import NotFound
 from cascade.core.kube import explain
 from cascade.events import jobrecords as records
@@ -85,8 +88,9 @@ def reason(resource: dict[str, Any]) -> str:
 class KubernetesBackend:
     name = "kubernetes"
 
-    def __init__(self, api: k8s.ApiClient, store: StateStore, namespace_prefix: str = "") -> None:
+    def __init__(self, api: k8s.ApiClient, store: StateStore, namespace_prefix: str = "", platform_token: str = "") -> None:
         self.api, self.store, self.prefix = api, store, namespace_prefix
+        self.platform_token = platform_token  # derives each trial's report credential
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
 
@@ -106,11 +110,32 @@ class KubernetesBackend:
 
     def launch(self, job: TrainingJob, extensions: Mapping[str, str]) -> None:
         resource = kinds.render(job, self.namespace(job.project))
-        self.apply(resource)
+        applied = self.apply(resource)
+        if "trial" in (job.spec.get("labels") or {}):
+            self._report_secret(job, applied)
         records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement.to_dict(),
                        project=job.project, spec=job.spec, extensions=dict(extensions),
                        resource={"apiVersion": resource["apiVersion"], "kind": resource["kind"],
                                  "namespace": resource["metadata"]["namespace"], "name": resource["metadata"]["name"]})
+
+    def _report_secret(self, job: TrainingJob, owner: dict[str, Any]) -> None:
+        """The Secret the trial's metrics-reporter reads its credential from, owned by (and deleted with) the job."""
+        if not self.platform_token:
+            log.warning("no platform credential: trial %s's pods cannot report intermediate metrics", job.id)
+            return
+        meta = owner["metadata"]
+        token = base64.b64encode(job_credential(self.platform_token, job.id).encode()).decode()
+        secret: Any = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"token": token},
+                  "metadata": {"name": kinds.report_secret(job), "namespace": meta["namespace"],
+                               "labels": {"app.kubernetes.io/part-of": "cascade", "cascade.io/job": job.name},
+                               "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                                    "name": meta["name"], "uid": meta["uid"]}]}}
+        try:  # create only: the platform may not read or change a project's other Secrets
+            self.core.create_namespaced_secret(meta["namespace"], secret, field_manager=FIELD_MANAGER)
+        except Exception as exc:  # noqa: BLE001 - ApiException or the connection's own error, both explained
+            if isinstance(exc, k8s.ApiException) and exc.status == 409:
+                return  # a relaunch: the credential is derived from the job id, so it is the same one
+            raise explain(f"create Secret {meta['namespace']}/{secret['metadata']['name']}", exc) from exc
 
     def _resource(self, job_id: str) -> dict[str, str]:
         record = self.store.get_record("job", job_id)

@@ -7,15 +7,69 @@ first-fit over nodes, and fractional requests take a whole card.
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import replace
+
 from cascade.scheduling import frameworks
 from cascade.scheduling.placement import Flavor, Inventory, Job, Node, NoFit, Placement, _cards_needed
 
 EPS = 1e-9
 
 
+class FreeIndex:
+    """One flavor's nodes by idle-card count and its cards by free share, kept current by allocate and
+    release, so one worker's best fit (and a failure) is a lookup instead of a scan of every node. Only
+    for flavors that do not book cores and host memory (those are scanned)."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.by_idle: dict[int, dict[str, Node]] = defaultdict(dict)
+        self.by_share: dict[float, dict[tuple[str, int], Node]] = defaultdict(dict)
+        for n in nodes:
+            self.add(n)
+
+    def add(self, n: Node) -> None:
+        self.by_idle[n.idle_cards][n.name] = n
+        for i, f in enumerate(n.free):
+            if f > EPS:
+                self.by_share[round(f, 6)][(n.name, i)] = n
+
+    def remove(self, n: Node) -> None:
+        self.by_idle[n.idle_cards].pop(n.name, None)
+        for i, f in enumerate(n.free):
+            if f > EPS:
+                self.by_share[round(f, 6)].pop((n.name, i), None)
+
+    def whole(self, want: int) -> Node | None:
+        """The node with the fewest idle cards that still has ``want``."""
+        for k in sorted(k for k, nodes in self.by_idle.items() if nodes and k >= want):
+            return next(iter(self.by_idle[k].values()))
+        return None
+
+    def share(self, need: float) -> tuple[Node, int] | None:
+        """The fullest card that still has ``need`` free."""
+        for f in sorted(f for f, cards in self.by_share.items() if cards and f + EPS >= need):
+            (_, index), node = next(iter(self.by_share[f].items()))
+            return node, index
+        return None
+
+    def slots(self, want: int) -> int:
+        """How many workers of ``want`` whole cards the flavor could take at most."""
+        return sum(len(nodes) * (k // want) for k, nodes in self.by_idle.items() if k >= want)
+
+    def largest(self) -> int:
+        return max((k for k, nodes in self.by_idle.items() if nodes), default=0)
+
+
 class Matcher:
     def __init__(self, inventory: Inventory, *, default_vendor: str = "nvidia", naive: bool = False) -> None:
         self.inventory, self.default_vendor, self.naive = inventory, default_vendor, naive
+        self._indexes: dict[str, FreeIndex | None] = {}
+
+    def _index(self, flavor: Flavor) -> FreeIndex | None:
+        if flavor.name not in self._indexes:
+            host = any(n.cpu_total or n.memory_total for n in flavor.nodes)
+            self._indexes[flavor.name] = None if self.naive or host else FreeIndex(flavor.nodes)
+        return self._indexes[flavor.name]
 
     def vendor_of(self, job: Job) -> str:
         return "cpu" if job.request.none else (job.request.vendor or self.default_vendor)
@@ -41,33 +95,60 @@ class Matcher:
         return None
 
     def _fit(self, flavor: Flavor, job: Job) -> list[tuple[Node, list[int], float]] | None:
-        """Slots for every worker on a copy of the free state, or None."""
-        free = {id(n): list(n.free) for n in flavor.nodes}
-        slots: list[tuple[Node, list[int], float]] = []
+        """Slots for every worker (cards, cores, host memory), or None; nothing is taken. The nodes an
+        earlier worker of the same job took from are seen through an overlay, the rest as they are."""
         req = job.request
+        index = self._index(flavor) if not req.none else None
+        if index is not None and job.workers > 1 and not req.share and index.slots(req.cards) < job.workers:
+            return None  # not even with every node's idle cards
+        if index is not None and job.workers == 1:  # one worker, no host booking: a lookup
+            if req.share:
+                hit = index.share(req.count)
+                return None if hit is None else [(hit[0], [hit[1]], req.count)]
+            node = index.whole(req.cards)
+            return None if node is None else [(node, [i for i, f in enumerate(node.free) if f >= 1 - EPS][:req.cards], 1.0)]
+        over: dict[int, tuple[list[float], float, float]] = {}
+        slots: list[tuple[Node, list[int], float]] = []
+
+        def state(n: Node) -> tuple[list[float], float, float]:
+            return over.get(id(n)) or (n.free, n.cpu, n.memory_gib)
+
+        def room(n: Node) -> bool:
+            _, cpu, memory = state(n)
+            return (not n.cpu_total or cpu + EPS >= job.cpu) and (not n.memory_total or memory + EPS >= job.memory_gib)
+
+        def idle(n: Node) -> list[int]:
+            return [i for i, f in enumerate(state(n)[0]) if f >= 1 - EPS]
+
         for _ in range(job.workers):
+            taken: list[int] = []
+            amount = 0.0
             if req.none:
-                node = flavor.nodes[0] if flavor.nodes else None
-                if node is None:
-                    return None
-                slots.append((node, [], 0.0))
-            elif req.share and not self.naive:
-                cards = [(f, n, i) for n in flavor.nodes for i, f in enumerate(free[id(n)]) if f + EPS >= req.count]
-                if not cards:
-                    return None
-                _, node, index = min(cards, key=lambda c: c[0])  # the fullest card that still fits
-                free[id(node)][index] -= req.count
-                slots.append((node, [index], req.count))
-            else:
-                want = req.cards
-                fits = [n for n in flavor.nodes if sum(1 for f in free[id(n)] if f >= 1 - EPS) >= want]
+                fits = [n for n in flavor.nodes if room(n)]
                 if not fits:
                     return None
-                node = fits[0] if self.naive else min(fits, key=lambda n: sum(1 for f in free[id(n)] if f >= 1 - EPS))
-                idle = [i for i, f in enumerate(free[id(node)]) if f >= 1 - EPS][:want]
-                for i in idle:
-                    free[id(node)][i] = 0.0
-                slots.append((node, idle, 1.0))
+                node = fits[0] if self.naive else min(fits, key=lambda n: state(n)[1])  # the busiest that fits
+            elif req.share and not self.naive:
+                cards = [(f, n, i) for n in flavor.nodes if room(n) for i, f in enumerate(state(n)[0])
+                         if f + EPS >= req.count]
+                if not cards:
+                    return None
+                _, node, card = min(cards, key=lambda c: c[0])  # the fullest card that still fits
+                taken, amount = [card], req.count
+            else:
+                want = req.cards
+                counts = {id(n): len(idle(n)) for n in flavor.nodes} if over else None
+                fits = [n for n in flavor.nodes if (counts[id(n)] if counts else n.idle_cards) >= want and room(n)]
+                if not fits:
+                    return None
+                node = fits[0] if self.naive else min(fits, key=lambda n: counts[id(n)] if counts else n.idle_cards)
+                taken, amount = idle(node)[:want], 1.0
+            free, cpu, memory = state(node)
+            free = list(free)
+            for i in taken:
+                free[i] -= amount
+            over[id(node)] = (free, cpu - job.cpu, memory - job.memory_gib)
+            slots.append((node, taken, amount))
         return slots
 
     def place(self, job: Job) -> Placement:
@@ -82,23 +163,43 @@ class Matcher:
                 slots = self._fit(flavor, job)
                 if slots is not None:
                     return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), reasons)
-                largest = max((n.idle_cards for n in flavor.nodes), default=0)
+                index = self._index(flavor)
+                largest = index.largest() if index else max((n.idle_cards for n in flavor.nodes), default=0)
                 reason = (f"not enough free cards: needs {job.request.raw} x{job.workers}, "
                           f"the emptiest node has {largest} idle of {flavor.cards} cards in the flavor")
+                if (job.cpu or job.memory_gib) and self._fit(flavor, replace(job, cpu=0.0, memory_gib=0.0)):
+                    reason = (f"not enough free cores or host memory: needs {job.cpu:g} cores and "
+                              f"{job.memory_gib:g} GiB per worker beside its cards")
             reasons[name] = reason
         raise NoFit(job, reasons)
 
     def allocate(self, placement: Placement) -> None:
+        job = placement.job
+        index = self._indexes.get(placement.flavor.name)
         for node, cards, amount in placement.slots:
+            if index:
+                index.remove(node)
             for i in cards:
                 node.free[i] -= amount
+            if index:
+                index.add(node)
+            node.cpu -= job.cpu
+            node.memory_gib -= job.memory_gib
         key = (placement.job.project, placement.flavor.vendor)
         self.inventory.used[key] = self.inventory.used.get(key, 0.0) + _cards_needed(placement.job)
 
     def release(self, placement: Placement) -> None:
+        job = placement.job
+        index = self._indexes.get(placement.flavor.name)
         for node, cards, amount in placement.slots:
+            if index:
+                index.remove(node)
             for i in cards:
                 node.free[i] = min(1.0, node.free[i] + amount)
+            if index:
+                index.add(node)
+            node.cpu = min(node.cpu_total, node.cpu + job.cpu)
+            node.memory_gib = min(node.memory_total, node.memory_gib + job.memory_gib)
         key = (placement.job.project, placement.flavor.vendor)
         self.inventory.used[key] = max(0.0, self.inventory.used.get(key, 0.0) - _cards_needed(placement.job))
 

@@ -10,7 +10,9 @@ when nothing fits, one reason per flavor says why.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ from cascade.scheduling.accelerators import AcceleratorRequest
 class Node:
     name: str
     free: list[float]  # free fraction of each card (1.0 = idle)
+    cpu: float = 0.0  # free cores; with cpu_total 0 the node's CPU is not booked
+    memory_gib: float = 0.0  # free host memory; with memory_total 0 it is not booked
+    cpu_total: float = 0.0
+    memory_total: float = 0.0
 
     @property
     def idle_cards(self) -> int:
@@ -43,8 +49,9 @@ class Flavor:
     rdma: str | None = None
     nodes: list[Node] = field(default_factory=list)
 
-    @property
+    @cached_property
     def cards(self) -> int:
+        """Cards in the flavor (its nodes are fixed when the inventory is read)."""
         return sum(len(n.free) for n in self.nodes)
 
 
@@ -57,6 +64,8 @@ class Job:
     project: str = "default"
     queue: str = "default"
     min_memory_gib: float = 0.0  # e.g. from a fine-tuning memory estimate
+    cpu: float = 0.0  # cores per worker
+    memory_gib: float = 0.0  # host memory per worker
 
 
 @dataclass(frozen=True)
@@ -136,9 +145,9 @@ class Inventory:
     def from_dict(cls, doc: dict[str, Any]) -> Inventory:
         flavors = {}
         for f in doc.get("flavors", []):
-            nodes = [Node(n["name"], [1.0] * int(n.get("cards", 0))) for n in f.get("nodes", [])]
+            nodes = [_node(n["name"], int(n.get("cards", 0)), n) for n in f.get("nodes", [])]
             for i in range(int(f.get("count", 0))):  # shorthand: count nodes of cardsPerNode cards
-                nodes.append(Node(f"{f['name']}-{i}", [1.0] * int(f.get("cardsPerNode", 8))))
+                nodes.append(_node(f"{f['name']}-{i}", int(f.get("cardsPerNode", 8)), f))
             vendor = accelerators.ALIASES.get(str(f.get("vendor", "nvidia")).lower())
             if vendor is None:
                 raise InvalidInput(f"flavor {f.get('name')}: unknown vendor {f.get('vendor')!r}", field="vendor")
@@ -151,6 +160,32 @@ class Inventory:
     @classmethod
     def load(cls, path: Path) -> Inventory:
         return cls.from_dict(yaml.safe_load(path.read_text()) or {})
+
+
+def _node(name: str, cards: int, doc: dict[str, Any]) -> Node:
+    cpu, memory = float(doc.get("cpu", 0)), float(doc.get("hostMemoryGiB", 0))
+    return Node(name, [1.0] * cards, cpu, memory, cpu, memory)
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_BYTES = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+          "Ti": 2**40}
+
+
+def cpu_cores(value: object, field: str = "resources.cpu") -> float:
+    """A Kubernetes CPU quantity (``2``, ``500m``) in cores."""
+    match = _QUANTITY.match(str(value))
+    if not match or match.group(2) not in (None, "m"):
+        raise InvalidInput(f"cpu {value!r} is not a Kubernetes CPU quantity such as 2 or 500m", field=field)
+    return float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
+
+
+def memory_gib(value: object, field: str = "resources.memory") -> float:
+    """A Kubernetes memory quantity (``512Mi``, ``2Gi``, ``1G``) in GiB."""
+    match = _QUANTITY.match(str(value))
+    if not match or match.group(2) == "m":
+        raise InvalidInput(f"memory {value!r} is not a Kubernetes memory quantity such as 512Mi or 2Gi", field=field)
+    return float(match.group(1)) * _BYTES[match.group(2)] / 2**30
 
 
 def _cards_needed(job: Job) -> float:

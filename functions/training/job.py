@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade.events import schemas
 from cascade.scheduling.accelerators import AcceleratorRequest, parse
-from cascade.scheduling.placement import Job, PodPlacement
+from cascade.scheduling.placement import Job, PodPlacement, cpu_cores, memory_gib
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,10 @@ class TrainingJob:
         return self.id.lower().replace("_", "-")[:63]
 
     def matcher_job(self, queue: str = "default") -> Job:
-        return Job(self.id, self.accelerator, self.workers, self.framework, self.project, queue)
+        """What the scheduler books: cards per worker, and the cores and host memory each worker's pod asks for."""
+        resources = self.spec.get("resources", {})
+        return Job(self.id, self.accelerator, self.workers, self.framework, self.project, queue,
+                   cpu=cpu_cores(resources.get("cpu", "1")), memory_gib=memory_gib(resources.get("memory", "2Gi")))
 
     def command(self, python: str = "python") -> list[str]:
         entry = self.spec["entrypoint"]

@@ -14,7 +14,7 @@ executors excepted: their templates are the Spark operator's).
 
 from __future__ import annotations
 
-import re
+import math
 import shlex
 from typing import Any
 
@@ -23,6 +23,7 @@ from cascade.core.errors import InvalidInput
 from cascade.core.secrets import secret_refs
 from cascade.functions.training.job import TrainingJob
 from cascade.scheduling.frameworks import REGISTRY, VERSION
+from cascade.scheduling.placement import cpu_cores, memory_gib
 
 KUBEFLOW: dict[str, tuple[str, str, str, list[str]]] = {
     # framework: (kind, replica-specs key, container name, roles: first takes one replica, the last the rest)
@@ -193,28 +194,14 @@ def ray(job: TrainingJob, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _metadata(job, namespace), "spec": spec}
 
 
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-_BYTES = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-          "Ti": 2**40}
-
-
 def spark_cores(cpu: object) -> tuple[int, str]:
     """Spark's whole ``cores`` (at least 1) and the Kubernetes request it came from (``500m`` stays ``500m``)."""
-    match = _QUANTITY.match(str(cpu))
-    if not match or match.group(2) not in (None, "m"):
-        raise InvalidInput(f"cpu {cpu!r} is not a Kubernetes CPU quantity such as 2 or 500m", field="resources.cpu")
-    value = float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
-    return max(1, int(value + 0.999)), str(cpu)
+    return max(1, math.ceil(cpu_cores(cpu) - 1e-9)), str(cpu)
 
 
 def spark_memory(memory: object) -> str:
     """A Kubernetes memory quantity (``512Mi``, ``2Gi``, ``1G``) in Spark's JVM form (``512m``, ``2048m``)."""
-    match = _QUANTITY.match(str(memory))
-    if not match or match.group(2) == "m":
-        raise InvalidInput(f"memory {memory!r} is not a Kubernetes memory quantity such as 512Mi or 2Gi",
-                           field="resources.memory")
-    mib = float(match.group(1)) * _BYTES[match.group(2)] / 2**20
-    return f"{max(1, int(mib))}m"
+    return f"{max(1, int(memory_gib(memory) * 1024))}m"
 
 
 def spark(job: TrainingJob, namespace: str) -> dict[str, Any]:

@@ -1,10 +1,14 @@
 """The ``launch-training`` function's logic: a submitted job becomes a placed, running job.
 
-On ``job.submitted`` it validates the spec, asks the matcher for a placement (image,
-nodeSelector, tolerations, limits) and hands the job to the configured backend; a job that
-fits nowhere fails at once with the matcher's reason per flavor. On ``labels.completed`` for
-a dataset with a training policy it replies with a ``job.submitted`` for that dataset, so
-the job takes the same path as any other.
+On ``job.submitted`` it validates the spec, books a placement in the scheduler's ledger
+(image, nodeSelector, tolerations, limits; cards, cores and memory taken from the nodes and
+the project's quota) and hands the job to the configured backend. A job that does not fit
+now but could later waits in its queue (``job.queued`` with the reason per flavor); one that
+could never fit fails at once with the matcher's reason per flavor. Every end of a job
+(``job.succeeded``/``failed``/``cancelled``) gives its booking back and launches the waiting
+jobs that now fit, each announced by ``job.admitted``. On ``labels.completed`` for a dataset
+with a training policy it replies with a ``job.submitted`` for that dataset, so the job takes
+the same path as any other.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from cascade.events.envelope import PROPAGATED, event_type, follow_up
 from cascade.functions.training.backends import TrainingBackend, open_backend
 from cascade.functions.training.job import TrainingJob
 from cascade.functions.training.policy import JobPolicy
-from cascade.scheduling.matcher import Matcher
-from cascade.scheduling.placement import Inventory
+from cascade.scheduling.ledger import Admitted, Ledger, Waiting
+from cascade.scheduling.placement import Inventory, Job, PodPlacement
 from cascade.stores import StateStore, open_store
 
 SOURCE = "/cascade/functions/launch-training"
+ENDS = tuple(event_type(f"job.{end}") for end in ("succeeded", "failed", "cancelled"))
 LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
                                 "nodes": [{"name": "localhost", "cards": 0}]}]}
 
@@ -36,18 +41,75 @@ class TrainingLauncher:
         self.cfg = cfg
         self.store = open_store(self.cfg.state_url)
         path = self.cfg.training.inventory
-        self.matcher = Matcher(Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
+        self.ledger = Ledger(self.store, Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
         self.policy = JobPolicy.from_settings(cfg)
 
-    def handle(self, event: CloudEvent) -> CloudEvent | None:
+    def handle(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
         if event["type"] == event_type("labels.completed"):
             return self.on_labels(event)
         if event["type"] == event_type("finetune.submitted"):
             return self.on_finetune(event)
+        if event["type"] in ENDS:
+            return self.on_ended(event) or None
         return self.on_submitted(event)
 
-    def on_finetune(self, event: CloudEvent) -> CloudEvent | None:
+    def _book(self, event: CloudEvent, job: TrainingJob, request: Job, kind: str,
+              payload: dict[str, Any]) -> PodPlacement | CloudEvent:
+        """The job's placement, booked; or its job.queued event when it waits for room."""
+        booked = self.ledger.book(request, priority=int(job.spec.get("priority", 0)),
+                                  payload={"kind": kind, "extensions": extensions(event), **payload})
+        if isinstance(booked, Waiting):
+            reason = "; ".join(f"{k}: {v}" for k, v in booked.reasons.items())
+            records.update(self.store, job.id, "queued", reason=reason, project=job.project)
+            return follow_up(event, "job.queued", {"jobId": job.id, "queue": request.queue, "reasons": booked.reasons,
+                                                   "priority": booked.priority}, source=SOURCE,
+                             partitionkey=job.id, subject=job.id)
+        return booked.pod()
+
+    def _launch(self, job: TrainingJob, ext: dict[str, str], cause: CloudEvent) -> list[CloudEvent]:
+        """Hand a booked job to the backend; a refusal gives the booking back (and fails the job)."""
+        try:
+            self.backend.launch(job, ext)
+        except PermanentError as exc:  # refused (a 4xx, a framework no operator runs); retryable errors redeliver
+            records.update(self.store, job.id, "failed", reason=str(exc))
+            failed = follow_up(cause, "job.failed", {"jobId": job.id, "reason": str(exc)}, source=SOURCE,
+                               partitionkey=job.id, subject=job.id, extensions={**ext, "project": job.project})
+            return [failed, *self._admitted(cause, self.ledger.release(job.id, self._wanted))]
+        return []
+
+    def _wanted(self, waiting: Waiting) -> bool:
+        """A waiting job still wants to run unless it was cancelled (or otherwise ended) while it waited."""
+        return (records.get(self.store, waiting.job.id) or {}).get("status") == "queued"
+
+    def on_ended(self, event: CloudEvent) -> list[CloudEvent]:
+        """A job ended: its booking goes back and the waiting jobs that now fit start."""
+        job_id = str((event.get_data() or {}).get("jobId", ""))
+        return self._admitted(event, self.ledger.release(job_id, self._wanted)) if job_id else []
+
+    def _admitted(self, cause: CloudEvent, admitted: list[Admitted]) -> list[CloudEvent]:
+        out = []
+        for a in admitted:
+            w = a.waited
+            payload, job_id = w.payload, w.job.id
+            spec = payload["spec"]
+            if payload["kind"] == "finetune":
+                from cascade.functions.finetune import job as finetune
+
+                job = replace(finetune.training_job(job_id, w.job.project, spec),
+                              placement=replace(a.placement.pod(), memory_gib=round(w.job.min_memory_gib, 2)))
+            else:
+                job = TrainingJob(job_id, w.job.project, spec, a.placement.pod())
+            ext = {**(payload.get("extensions") or {}), "project": w.job.project}  # the waiting job's, not the cause's
+            out.append(follow_up(cause, "job.admitted", {
+                "jobId": job_id, "queue": w.job.queue, "waitedSeconds": round(max(0.0, self.ledger.clock() - w.since), 3),
+                "placement": job.placement.to_dict()}, source=SOURCE, partitionkey=job_id, subject=job_id, extensions=ext))
+            records.update(self.store, job_id, "admitted", project=w.job.project,
+                           **({"kind": "finetune", "finetune": spec} if payload["kind"] == "finetune" else {}))
+            out += self._launch(job, ext, cause)
+        return out
+
+    def on_finetune(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
         """Estimate memory, place on a card that fits it, and run the fine-tune as a training job."""
         from cascade.functions.finetune import job as finetune
 
@@ -62,17 +124,18 @@ class TrainingLauncher:
             request = job.matcher_job(self.cfg.training.queue)
             if not request.request.none:
                 request = replace(request, min_memory_gib=need.per_card_gib)
-            placement = self.matcher.place(request)
+            booked = self._book(event, job, request, "finetune", {"spec": data["spec"]})
         except InvalidInput as exc:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project, kind="finetune")
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)
-        job = replace(job, placement=replace(placement.pod(), memory_gib=round(need.per_card_gib, 2)))
+        if isinstance(booked, CloudEvent):
+            return booked
+        job = replace(job, placement=replace(booked, memory_gib=round(need.per_card_gib, 2)))
         records.update(self.store, job_id, "submitted", kind="finetune", project=project, finetune=data["spec"])
-        self.backend.launch(job, {k: str(event[k]) for k in PROPAGATED if event.get(k)})
-        return None
+        return self._launch(job, extensions(event), event) or None
 
-    def on_submitted(self, event: CloudEvent) -> CloudEvent | None:
+    def on_submitted(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
         data: dict[str, Any] = event.get_data() or {}
         job_id, project = str(data["jobId"]), str(data.get("project") or event.get("project") or "default")
         record = self.store.get_record("job", job_id)
@@ -81,20 +144,14 @@ class TrainingLauncher:
         try:
             job = TrainingJob.from_spec(job_id, project, data["spec"])
             self.policy.check("training", job.spec)
-            placement = self.matcher.place(job.matcher_job(self.cfg.training.queue))
+            booked = self._book(event, job, job.matcher_job(self.cfg.training.queue), "training", {"spec": job.spec})
         except InvalidInput as exc:
             records.update(self.store, job_id, "failed", reason=str(exc), project=project)
             return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)[:4000]}, source=SOURCE,
                              partitionkey=job_id, subject=job_id)
-        job = replace(job, placement=placement.pod())
-        extensions = {k: str(event[k]) for k in PROPAGATED if event.get(k)}
-        try:
-            self.backend.launch(job, extensions)
-        except PermanentError as exc:  # refused (a 4xx, a framework no operator runs); retryable errors redeliver
-            records.update(self.store, job_id, "failed", reason=str(exc))
-            return follow_up(event, "job.failed", {"jobId": job_id, "reason": str(exc)}, source=SOURCE,
-                             partitionkey=job_id, subject=job_id)
-        return None
+        if isinstance(booked, CloudEvent):
+            return booked
+        return self._launch(replace(job, placement=booked), extensions(event), event) or None
 
     def on_labels(self, event: CloudEvent) -> CloudEvent | None:
         dataset = (event.get_data() or {}).get("dataset")
@@ -107,6 +164,11 @@ class TrainingLauncher:
         records.update(self.store, job_id, "submitted", spec=spec, project=project, trigger=str(event["id"]))
         return follow_up(event, "job.submitted", {"jobId": job_id, "project": project, "spec": spec}, source=SOURCE,
                          partitionkey=job_id, subject=job_id, id=f"submit-{job_id}")
+
+
+def extensions(event: CloudEvent) -> dict[str, str]:
+    """The attributes a job's own events carry on from the event that started it (project, trace)."""
+    return {k: str(event[k]) for k in PROPAGATED if event.get(k)}
 
 
 def policy_id(project: str, dataset: str) -> str:

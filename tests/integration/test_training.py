@@ -71,9 +71,9 @@ class Platform:
 
 
 @contextmanager
-def running_platform(home: Path, topic: str, **env: str) -> Iterator[tuple[Platform, str]]:
+def running_platform(home: Path, topic: str, state: str = REDIS, **env: str) -> Iterator[tuple[Platform, str]]:
     """`cascade up` on the real Kafka and Redis in a subprocess; yields it and its runtime URL."""
-    with cascade_up(home, "--bus", f"kafka://{KAFKA}", "--state", REDIS, fast=False, CASCADE_BUS__TOPIC=topic,
+    with cascade_up(home, "--bus", f"kafka://{KAFKA}", "--state", state, fast=False, CASCADE_BUS__TOPIC=topic,
                     **env) as running:
         bus = make_bus("kafka", home)
         assert isinstance(bus, KafkaBus)

@@ -17,6 +17,6 @@ def start(config: dict[str, Any]) -> None:
     _launcher = TrainingLauncher(Settings())  # this process's settings, read once at its entry point
 
 
-def handle(event: CloudEvent) -> CloudEvent | None:
+def handle(event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
     assert _launcher is not None
     return _launcher.on_finetune(event)

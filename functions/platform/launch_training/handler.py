@@ -1,4 +1,5 @@
-"""launch-training: job.submitted (and labels.completed with a training policy) -> a running job."""
+"""launch-training: job.submitted (and labels.completed with a training policy) -> a booked, running or queued job;
+job ends -> bookings back and waiting jobs admitted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,6 @@ def start(config: dict[str, Any]) -> None:
     _launcher = TrainingLauncher(Settings())  # this process's settings, read once at its entry point
 
 
-def handle(event: CloudEvent) -> CloudEvent | None:
+def handle(event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
     assert _launcher is not None
     return _launcher.handle(event)

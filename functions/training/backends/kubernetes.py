@@ -112,7 +112,12 @@ class KubernetesBackend:
         resource = kinds.render(job, self.namespace(job.project))
         applied = self.apply(resource)
         if "trial" in (job.spec.get("labels") or {}):
-            self._report_secret(job, applied)
+            meta = resource["metadata"]
+            owner = applied or self._get({"apiVersion": resource["apiVersion"], "kind": resource["kind"],
+                                          "namespace": meta["namespace"], "name": meta["name"]})
+            if owner is None:
+                raise NotFound(f"{resource['kind']} {meta['namespace']}/{meta['name']} vanished right after it was applied")
+            self._report_secret(job, owner)
         records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement.to_dict(),
                        project=job.project, spec=job.spec, extensions=dict(extensions),
                        resource={"apiVersion": resource["apiVersion"], "kind": resource["kind"],
@@ -162,8 +167,12 @@ class KubernetesBackend:
         return "failed" if obj is None else phase(obj)
 
     def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
+        status = (self.store.get_record("job", job_id) or {}).get("status")
+        if status == "queued":  # it never started: the scheduler drops it from its queue
+            records.update(self.store, job_id, "cancelled", reason=reason)
+            return
         r = self._resource(job_id)
-        if (self.store.get_record("job", job_id) or {}).get("status") in records.FINAL:
+        if status in records.FINAL:
             return
         group, version = _group_version(r["apiVersion"])
         try:

@@ -80,6 +80,9 @@ class LocalBackend:
         return self._gone(record) or str(record.get("status"))
 
     def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
+        if (records.get(self.store, job_id) or {}).get("status") == "queued":  # never started: the queue drops it
+            records.update(self.store, job_id, "cancelled", reason=reason)
+            return
         record = self._record(job_id)
         if record.get("status") in records.FINAL:
             return

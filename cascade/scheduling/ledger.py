@@ -1,0 +1,219 @@
+"""Bookings and the wait queue: placement takes what it places, every end gives it back.
+
+The matcher only answers "where would this job go"; the ledger makes the answer hold, as
+Kueue does when it admits a workload by reserving its quota. ``book`` places a job and books
+its cards (or card shares), cores and host memory on the chosen nodes and charges its project's
+quota; a job that fits nowhere *now* but would fit the empty inventory waits in its queue with
+the reason per flavor, and one that could never fit is refused (``NoFit``) at once. ``release``
+gives a job's booking back (or takes it out of the queue) and admits the waiting jobs that now
+fit, highest priority first and then in submission order; a waiting job that does not fit yet
+does not hold back a smaller one behind it (Kueue's BestEffortFIFO).
+
+Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
+survive a restart and every launcher process sees the same ones: each decision holds a short
+lease (``scheduler:lock``) and a process rebuilds its view from the records only when another
+process changed them since (``scheduler:version``).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from cascade.core.errors import RetryableError
+from cascade.scheduling import frameworks
+from cascade.scheduling.accelerators import parse
+from cascade.scheduling.matcher import Matcher
+from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
+from cascade.stores import StateStore
+
+LOCK, VERSION, SEQ = "scheduler:lock", "scheduler:version", "scheduler:seq"
+
+
+def job_doc(job: Job) -> dict[str, Any]:
+    return {"id": job.id, "request": job.request.raw, "workers": job.workers, "framework": job.framework,
+            "project": job.project, "queue": job.queue, "min_memory_gib": job.min_memory_gib, "cpu": job.cpu,
+            "memory_gib": job.memory_gib}
+
+
+def job_from(doc: Mapping[str, Any]) -> Job:
+    return Job(str(doc["id"]), parse(str(doc["request"])), int(doc["workers"]), str(doc["framework"]),
+               str(doc["project"]), str(doc["queue"]), float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)),
+               float(doc.get("memory_gib", 0)))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job in its queue: why it waits (per flavor) and what its launcher needs to start it later."""
+
+    job: Job
+    priority: int
+    seq: int
+    reasons: dict[str, str]
+    since: float
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A waiting job that now has its booking."""
+
+    placement: Placement
+    waited: Waiting
+
+
+class Ledger:
+    def __init__(self, store: StateStore, inventory: Inventory, *, naive: bool = False, lease_seconds: float = 15.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.naive, self.lease, self.clock = store, naive, lease_seconds, clock
+        self.pristine = copy.deepcopy(inventory)
+        self.capacity = Matcher(copy.deepcopy(inventory), naive=naive)  # never booked: what could ever fit
+        self.matcher = Matcher(copy.deepcopy(inventory), naive=naive)
+        self.booked: dict[str, Placement] = {}
+        self.waiting: dict[str, Waiting] = {}
+        self._version: bytes | None = None
+        self._changed = False
+
+    # -- the lease and the shared view -----------------------------------------------------------------
+    @contextmanager
+    def _decision(self) -> Iterator[None]:
+        owner = uuid.uuid4().hex.encode()
+        deadline, pause = time.monotonic() + 2 * self.lease, 0.002
+        while not self.store.cas(LOCK, None, owner, ttl=self.lease):
+            if time.monotonic() > deadline:
+                raise RetryableError("the scheduler's lease is held by another launcher; try again")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        try:
+            self._sync()
+            self._changed = False
+            yield
+            if self._changed:
+                self._version = uuid.uuid4().hex.encode()
+                self.store.put(VERSION, self._version)
+        finally:
+            self.store.cas(LOCK, owner, None)
+
+    def _sync(self) -> None:
+        version = self.store.get(VERSION)
+        if version is not None and version == self._version:
+            return
+        self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
+        self.booked, self.waiting = {}, {}
+        for rec in self.store.find_records("booking"):
+            placement = self._placement(rec)
+            if placement is not None:
+                self.matcher.allocate(placement)
+                self.booked[placement.job.id] = placement
+        for rec in self.store.find_records("waiting"):
+            self.waiting[str(rec["id"])] = Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]),
+                                                   dict(rec["reasons"]), float(rec["since"]), dict(rec["payload"]))
+        self._version = version
+
+    def _placement(self, rec: Mapping[str, Any]) -> Placement | None:
+        flavor = self.matcher.inventory.flavors.get(str(rec["flavor"]))
+        if flavor is None:  # the inventory lost the flavor: nothing to give back
+            return None
+        nodes = {n.name: n for n in flavor.nodes}
+        slots = [(nodes[n], list(cards), float(amount)) for n, cards, amount in rec["slots"] if n in nodes]
+        job = job_from(rec["job"])
+        return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), dict(rec.get("skipped", {})))
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def _take(self, placement: Placement) -> None:
+        self.matcher.allocate(placement)
+        self.booked[placement.job.id] = placement
+        self.store.put_record("booking", placement.job.id, {
+            "id": placement.job.id, "project": placement.job.project, "job": job_doc(placement.job),
+            "flavor": placement.flavor.name, "skipped": placement.skipped, "booked": self.clock(),
+            "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}, index=("project",))
+        self._changed = True
+
+    def _wait(self, waiting: Waiting) -> None:
+        self.waiting[waiting.job.id] = waiting
+        self.store.put_record("waiting", waiting.job.id, {
+            "id": waiting.job.id, "project": waiting.job.project, "job": job_doc(waiting.job),
+            "priority": waiting.priority, "seq": waiting.seq, "reasons": waiting.reasons, "since": waiting.since,
+            "payload": waiting.payload}, index=("project",))
+        self._changed = True
+
+    def _unwait(self, job_id: str) -> None:
+        if self.waiting.pop(job_id, None) is not None:
+            self.store.delete_record("waiting", job_id)
+            self._changed = True
+
+    # -- the API ---------------------------------------------------------------------------------------
+    def book(self, job: Job, *, priority: int = 0, payload: Mapping[str, Any] | None = None) -> Placement | Waiting:
+        """The job's booking (placed now), or its place in the queue; NoFit if it could never fit."""
+        with self._decision():
+            if job.id in self.booked:
+                return self.booked[job.id]  # a redelivered submission
+            if job.id in self.waiting:
+                return self.waiting[job.id]
+            try:
+                placement = self.matcher.place(job)
+            except NoFit as now:
+                self.capacity.place(job)  # NoFit here: not even the empty inventory takes it
+                seq = int(self.store.get(SEQ) or b"0") + 1
+                self.store.put(SEQ, str(seq).encode())
+                waiting = Waiting(job, priority, seq, now.reasons, self.clock(), dict(payload or {}))
+                self._wait(waiting)
+                return waiting
+            self._take(placement)
+            return placement
+
+    def release(self, job_id: str, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
+        """Give ``job_id``'s booking back (or drop it from its queue), then admit what now fits.
+
+        ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited)."""
+        with self._decision():
+            placement = self.booked.pop(job_id, None)
+            if placement is not None:
+                self.matcher.release(placement)
+                self.store.delete_record("booking", job_id)
+                self._changed = True
+            self._unwait(job_id)
+            return self._admit(wanted)
+
+    def admit(self, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
+        """Admit the waiting jobs that fit now (after an inventory change, or on a periodic pass)."""
+        with self._decision():
+            return self._admit(wanted)
+
+    def _admit(self, wanted: Callable[[Waiting], bool]) -> list[Admitted]:
+        admitted: list[Admitted] = []
+        blocked: set[tuple[Any, ...]] = set()  # shapes that did not fit in this pass: the same shape will not either
+        for waiting in sorted(self.waiting.values(), key=lambda w: (-w.priority, w.seq)):
+            if not wanted(waiting):
+                self._unwait(waiting.job.id)
+                continue
+            job = waiting.job
+            shape = (job.request.raw, job.workers, job.framework, job.project, job.queue, job.min_memory_gib, job.cpu,
+                     job.memory_gib)
+            if shape in blocked:
+                continue
+            try:
+                placement = self.matcher.place(job)
+            except NoFit:
+                blocked.add(shape)
+                continue
+            self._unwait(job.id)
+            self._take(placement)
+            admitted.append(Admitted(placement, waiting))
+        return admitted
+
+    def usage(self) -> dict[str, Any]:
+        """Booked cards per flavor and per project and vendor, and the queue in admission order."""
+        with self._decision():
+            flavors = {name: {"cards": f.cards, "booked": round(sum(1 - x for n in f.nodes for x in n.free), 3)}
+                       for name, f in self.matcher.inventory.flavors.items()}
+            return {"flavors": flavors,
+                    "projects": {f"{p}/{v}": round(used, 3) for (p, v), used in self.matcher.inventory.used.items()},
+                    "waiting": [{"jobId": w.job.id, "project": w.job.project, "priority": w.priority,
+                                 "reasons": w.reasons} for w in sorted(self.waiting.values(),
+                                                                       key=lambda w: (-w.priority, w.seq))]}

@@ -1,0 +1,106 @@
+"""The scheduler's ledger on both state stores: bookings hold, every end gives them back, the queue admits in
+priority-then-submission order, and a second launcher process (or a restarted one) sees the same bookings."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from cascade.scheduling.accelerators import parse
+from cascade.scheduling.ledger import Ledger, Waiting
+from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
+from cascade.stores import StateStore
+from tests.conftest import make_store
+
+INVENTORY = {"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
+                          "nodes": [{"name": "big", "cards": 8, "cpu": 64, "hostMemoryGiB": 512}]}],
+             "quotas": {"vision": {"nvidia": 16}, "nlp": {"nvidia": 4}}}
+
+
+@pytest.fixture
+def store(store_kind: str, tmp_path: Path) -> StateStore:
+    return make_store(store_kind, tmp_path)
+
+
+def ledger(store: StateStore) -> Ledger:
+    return Ledger(store, Inventory.from_dict(INVENTORY))
+
+
+def job(name: str, cards: str = "8", project: str = "vision", **kw: float) -> Job:
+    return Job(name, parse(cards), 1, "pytorch", project, cpu=kw.get("cpu", 8), memory_gib=kw.get("memory", 64))
+
+
+def test_three_eight_card_jobs_on_one_eight_card_node_run_one_at_a_time(store: StateStore) -> None:
+    led = ledger(store)
+    first = led.book(job("a"))
+    assert isinstance(first, Placement) and first.slots[0][1] == list(range(8))
+    second, third = led.book(job("b")), led.book(job("c", project="nlp", cards="4"))
+    assert isinstance(second, Waiting) and "not enough free cards" in second.reasons["a100"]
+    assert isinstance(third, Waiting), "a smaller job waits too while every card is booked"
+    assert led.book(job("a")) == first, "a redelivered submission gets its own booking back"
+    admitted = led.release("a")
+    assert [a.placement.job.id for a in admitted] == ["b"], "b came first; c (4 cards) does not fit beside b"
+    assert [a.placement.job.id for a in led.release("b")] == ["c"]
+    assert led.usage()["waiting"] == []
+
+
+def test_priority_first_then_submission_order_and_a_blocked_big_job_does_not_hold_back_a_small_one(
+        store: StateStore) -> None:
+    led = ledger(store)
+    assert isinstance(led.book(job("run", cards="6")), Placement)
+    led.book(job("low"))
+    led.book(job("high"), priority=5)
+    assert isinstance(led.book(job("small", cards="2", project="nlp")), Placement), "fits beside run: not held back"
+    led.book(job("tiny", cards="1", project="nlp"))
+    assert [w["jobId"] for w in led.usage()["waiting"]] == ["high", "low", "tiny"]
+    assert [a.placement.job.id for a in led.release("run")] == ["tiny"], "6 free: the 8-card jobs still wait"
+    assert led.release("small") == []
+    assert [a.placement.job.id for a in led.release("tiny")] == ["high"], "the higher priority first"
+    assert [a.placement.job.id for a in led.release("high")] == ["low"]
+
+
+def test_quota_cores_and_memory_are_booked_and_what_can_never_fit_is_refused(store: StateStore) -> None:
+    led = ledger(store)
+    with pytest.raises(NoFit, match="quota exhausted"):
+        led.book(job("greedy", project="nlp"))  # 8 cards over nlp's quota of 4: never
+    with pytest.raises(NoFit):
+        led.book(job("huge", cards="1", cpu=128))
+    assert isinstance(led.book(job("n1", cards="4", project="nlp")), Placement)
+    waiting = led.book(job("n2", cards="2", project="nlp"))
+    assert isinstance(waiting, Waiting) and "quota exhausted" in waiting.reasons["a100"], "4 of 4 cards used"
+    hungry = led.book(job("cpu-heavy", cards="1", cpu=60))
+    assert isinstance(hungry, Waiting) and "cores" in hungry.reasons["a100"], "8 of 64 cores already booked"
+    assert led.usage()["projects"] == {"nlp/nvidia": 4.0}
+
+
+def test_a_job_cancelled_while_it_waited_is_dropped_not_admitted(store: StateStore) -> None:
+    led = ledger(store)
+    led.book(job("a"))
+    led.book(job("gone"))
+    led.book(job("kept"))
+    admitted = led.release("a", wanted=lambda w: w.job.id != "gone")
+    assert [x.placement.job.id for x in admitted] == ["kept"]
+    assert led.usage()["waiting"] == []
+
+
+def test_bookings_survive_a_restart_and_two_launchers_share_them(store: StateStore) -> None:
+    one = ledger(store)
+    one.book(job("a", cards="4"))
+    two = ledger(store)  # another launcher process, or this one restarted
+    assert isinstance(two.book(job("b", cards="4")), Placement)
+    assert isinstance(one.book(job("c", cards="4")), Waiting), "one sees two's booking"
+    assert [a.placement.job.id for a in two.release("a")] == ["c"], "two sees one's queue"
+    assert one.release("b") == [] and two.release("c") == []
+    results: list[object] = []
+    launchers = [ledger(store) for _ in range(4)]
+    threads = [threading.Thread(target=lambda led=led, i=i: results.append(led.book(job(f"race{i}", cards="4"))))
+               for i, led in enumerate(launchers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(type(r).__name__ for r in results) == ["Placement", "Placement", "Waiting", "Waiting"], \
+        "four launchers at once: two bookings fill the node, two wait"
+    assert ledger(store).usage()["flavors"]["a100"]["booked"] == 8.0

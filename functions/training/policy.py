@@ -7,7 +7,9 @@ module on a configured allowlist: ``-c``, option-like names, absolute paths and 
 refused at submission (HTTP 422) and again at launch. On Kubernetes the entrypoint is a path
 inside the job's image, so only the caps apply. Every job gets a wall-clock limit (the
 default when it sets none), at most ``max_workers`` workers, ``max_procs_per_worker``
-processes each and ``max_retries`` restarts; and only the secrets its spec names.
+processes each and ``max_retries`` restarts; and only the secrets its spec names. A local job whose
+framework needs a launcher this machine lacks (``mpirun``, ``horovodrun``, ``deepspeed``, ``ray``) is
+refused at submission, naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from cascade.core import secrets
 from cascade.core.errors import InvalidInput, SchemaViolation
 from cascade.core.settings import Settings
+from cascade.functions.training import local_launch
 
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "VIRTUAL_ENV", "OMP_NUM_THREADS")
 """The only variables of the platform's environment a local job's workers inherit."""
@@ -55,6 +58,7 @@ class JobPolicy:
                 raise SchemaViolation("a secret name is letters, digits, '-' and '_'", field=f"/spec/secrets/{i}")
         if self.backend == "local":
             self._check_entrypoint(spec.get("entrypoint") or {})
+            local_launch.check(spec)
 
     def _check_entrypoint(self, entry: Mapping[str, Any]) -> None:
         if "module" in entry:

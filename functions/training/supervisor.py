@@ -28,6 +28,7 @@ from cascade.events import jobrecords as records
 from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
 from cascade.events.experiments import report_rows
+from cascade.functions.training import local_launch
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
 from cascade.functions.training.policy import JobPolicy, drop_to, worker_base_env
@@ -42,7 +43,8 @@ class Supervisor:
         self.job, self.output, self.extensions = job, output, extensions
         self.bus, self.store, self.topic = open_bus(cfg.bus_url), open_store(cfg.state_url), cfg.bus.topic
         self.policy, self.run_as = JobPolicy.from_settings(cfg), cfg.training.run_as
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[bytes]] = []  # the job's own: it ends when they do
+        self.helpers: list[subprocess.Popen[bytes]] = []  # started for them (Ray nodes): stopped afterwards
         self.cancelled = False
         self._reported = 0  # bytes of metrics.jsonl already reported
         signal.signal(signal.SIGTERM, self._cancel)
@@ -54,12 +56,6 @@ class Supervisor:
         event = new_event(family, {"jobId": self.job.id, **data}, source=SOURCE, partitionkey=self.job.id,
                           subject=self.job.id, extensions=self.extensions)
         self.bus.publish(self.topic, event)
-
-    def _command(self) -> list[str]:
-        command = self.job.command(sys.executable)
-        if self.job.framework in ("pytorch", "deepspeed") and self.job.procs > 1:
-            command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
-        return command
 
     def _start(self, attempt: int) -> None:
         hosts = ["127.0.0.1"] * self.job.workers
@@ -76,21 +72,22 @@ class Supervisor:
         drop = drop_to(self.run_as)
         if drop:  # the unprivileged user may write the job's output folder, and nothing else of the platform's
             os.chown(self.output, drop["user"], drop["group"])
-        for i in range(self.job.workers):
-            env = {**base, **self.job.job_env(str(self.output)),
-                   **worker_env(self.job.framework, i, hosts, port, self.job.procs)}
+        envs = {i: worker_env(self.job.framework, i, hosts, port, self.job.procs) for i in range(self.job.workers)}
+        for proc in local_launch.plan(self.job, sys.executable, port, self.output, envs):
+            env = {**base, **self.job.job_env(str(self.output)), **proc.env}
             if not self.job.placement.limits:
                 env["CUDA_VISIBLE_DEVICES"] = ""  # placed on CPU: keep the frameworks off any GPU
-            log = (logs / f"worker-{i}.attempt-{attempt}.log").open("wb")
-            self.procs.append(subprocess.Popen(self._command(), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                               **drop))
+            name = f"worker-{proc.worker}" if proc.main else f"node-{proc.worker}"
+            log = (logs / f"{name}.attempt-{attempt}.log").open("wb")
+            started = subprocess.Popen(proc.command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, **drop)
+            (self.procs if proc.main else self.helpers).append(started)
 
     def _stop_workers(self) -> None:
-        for p in self.procs:
+        for p in self.procs + self.helpers:
             if p.poll() is None:
                 p.terminate()
         deadline = time.monotonic() + 10
-        for p in self.procs:
+        for p in self.procs + self.helpers:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -139,7 +136,7 @@ class Supervisor:
             if self.cancelled:
                 outcome = "cancelled"
                 break
-            self.procs = []
+            self.procs, self.helpers = [], []
             try:
                 self.policy.check("training", self.job.spec)
                 self._start(attempt)
@@ -152,8 +149,7 @@ class Supervisor:
             self.emit("job.started", {"backend": "local", "kind": "process", "attempt": attempt,
                                       "placement": self.job.placement.to_dict()})
             outcome, code, bad = self._wait(started + float(timeout))
-            if outcome != "ok":
-                self._stop_workers()
+            self._stop_workers()  # what is left: helpers always, the job's own unless it succeeded
             if outcome in ("ok", "cancelled"):
                 break
         duration = time.monotonic() - started
@@ -172,7 +168,8 @@ class Supervisor:
             return 0
         log = sorted((self.output / "logs").glob(f"worker-{bad}.attempt-*.log"))[-1]
         tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
-        reason = f"timed out after {timeout}s" if outcome == "timeout" else f"worker {bad} exited with {code}"
+        reason = f"timed out after {timeout}s" if outcome == "timeout" else (
+            local_launch.not_installed(tail) or f"worker {bad} exited with {code}")
         records.update(self.store, self.job.id, "failed", reason=reason, exitCode=code)
         self.emit("job.failed", {"reason": reason, "exitCode": code, "logTail": tail})
         return 1

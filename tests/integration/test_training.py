@@ -7,6 +7,7 @@ operator's environment; job.succeeded (or job.failed) lands on the bus.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -131,6 +132,33 @@ def test_a_failing_job_reports_its_log_tail_and_a_job_that_fits_nowhere_says_why
                            "resources": {"accelerator": "1(V100)"}})
     reason = platform.outcome(gpu)["failed"].get_data()["reason"]
     assert "local-cpu: wrong vendor: the job wants nvidia, this flavor is cpu" in reason
+
+
+def test_local_launchers_one_spark_driver_a_missing_tool_refused_and_a_missing_framework_named(
+        platform: Platform, tmp_path: Path) -> None:
+    driver = tmp_path / "driver.py"
+    driver.write_text("import os, pathlib\nout = pathlib.Path(os.environ['CASCADE_OUTPUT_DIR'])\n"
+                      "(out / f'driver-{os.getpid()}').write_text(os.environ['SPARK_MASTER'])\n")
+    spark = platform.submit({"framework": "spark", "entrypoint": {"script": str(driver)}, "workers": 2,
+                             "resources": {"cpu": "1", "memory": "1Gi"}})
+    assert "succeeded" in platform.outcome(spark), platform.logs(spark)
+    drivers = list((platform.home / "artifacts" / spark).glob("driver-*"))
+    assert len(drivers) == 1, "one driver, not one per worker"
+    assert drivers[0].read_text() == "local-cluster[2,1,1024]", "its executors are Spark's, one per worker"
+
+    mpi = httpx.post(f"{platform.gateway}/v1/jobs", headers={"authorization": f"Bearer {platform.token}"},
+                     json={"kind": "training", "spec": {"framework": "mpi", "entrypoint": {"script": "x.py"}, "workers": 2}})
+    if shutil.which("mpirun"):
+        assert mpi.status_code == 202, mpi.text
+    else:
+        assert mpi.status_code == 400 and "'mpirun'" in mpi.text and "openmpi-bin" in mpi.text, mpi.text
+
+    needs = tmp_path / "needs_paddle.py"
+    needs.write_text("import paddle\n")
+    assert importlib.util.find_spec("paddle") is None, "this check needs an environment without PaddlePaddle"
+    job = platform.submit({"framework": "paddle", "entrypoint": {"script": str(needs)}})
+    reason = platform.outcome(job)["failed"].get_data()["reason"]
+    assert reason == "framework paddle is not installed in this environment (pip install paddlepaddle)", reason
 
 
 def test_cancel_stops_a_running_job(platform: Platform, tmp_path: Path) -> None:

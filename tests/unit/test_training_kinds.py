@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cascade.core.errors import InvalidInput
-from cascade.functions.training import kinds
+from cascade.functions.training import kinds, local_launch
 from cascade.functions.training.env import worker_env
 from cascade.functions.training.job import TrainingJob
 from cascade.scheduling.accelerators import parse
@@ -245,3 +246,59 @@ def test_a_report_credential_is_one_jobs_and_needs_the_platform_credential() -> 
     assert not reports_for(token, "casp_platform", "exp-1-t1"), "another job's reports"
     assert not reports_for(token, "casp_other", "exp-1-t0"), "another platform's"
     assert not reports_for(job_credential("", "exp-1-t0"), "", "exp-1-t0"), "no platform credential, no credential"
+
+
+def local(framework: str, workers: int = 2, procs: int = 1, **spec: Any) -> TrainingJob:
+    return TrainingJob.from_spec("job-local", "default", {"framework": framework, "entrypoint": {"script": "train.py"},
+                                                           "workers": workers, "procsPerWorker": procs, **spec})
+
+
+@pytest.mark.parametrize("framework, expected", [
+    ("mpi", ["mpirun", "--oversubscribe", "-np", "4", "--host", "localhost:4", "py", "train.py"]),
+    ("horovod", ["horovodrun", "-np", "4", "-H", "localhost:4", "py", "train.py"]),
+])
+def test_mpi_and_horovod_run_once_under_their_launcher_over_local_slots(framework: str, expected: list[str],
+                                                                      tmp_path: Path) -> None:
+    [proc] = local_launch.plan(local(framework, procs=2), "py", 5000, tmp_path, {})
+    assert proc.command == expected and proc.main
+
+
+def test_deepspeed_gets_a_hostfile_of_local_slots(tmp_path: Path) -> None:
+    [proc] = local_launch.plan(local("deepspeed", procs=2), "py", 5000, tmp_path, {})
+    assert proc.command == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--master_port", "5000", "train.py"]
+    assert (tmp_path / "hostfile").read_text() == "localhost slots=4\n"
+
+
+def test_a_multi_worker_ray_job_starts_a_head_joins_the_others_and_runs_its_entrypoint_once(tmp_path: Path) -> None:
+    procs = local_launch.plan(local("ray", workers=3, resources={"cpu": "2"}), "py", 6379, tmp_path, {})
+    head, *joined, driver = procs
+    assert head.command[:4] == ["ray", "start", "--head", "--block"] and "--port=6379" in head.command
+    assert not head.main and "--num-cpus=2" in head.command
+    assert [p.command[3] for p in joined] == ["--address=127.0.0.1:6379"] * 2 and not any(p.main for p in joined)
+    assert driver.main and driver.command == ["py", "train.py"] and driver.env == {"RAY_ADDRESS": "127.0.0.1:6379"}
+
+
+def test_a_multi_worker_spark_job_is_one_driver_with_an_executor_per_worker(tmp_path: Path) -> None:
+    [driver] = local_launch.plan(local("spark", workers=3, resources={"cpu": "500m", "memory": "1Gi"}), "py", 1,
+                                 tmp_path, {})
+    assert driver.env == {"SPARK_MASTER": "local-cluster[3,1,1024]"} and driver.command == ["py", "train.py"]
+
+
+def test_a_missing_launcher_is_named_with_how_to_get_it(tmp_path: Path) -> None:
+    for framework, tool in (("mpi", "mpirun"), ("horovod", "horovodrun"), ("deepspeed", "deepspeed"), ("ray", "ray")):
+        why = local_launch.missing_tool(framework, 2, path=str(tmp_path))
+        assert why is not None and repr(tool) in why and "install" in why
+        (tmp_path / tool).write_text("#!/bin/sh\n")
+        (tmp_path / tool).chmod(0o755)
+        assert local_launch.missing_tool(framework, 2, path=str(tmp_path)) is None
+    assert local_launch.missing_tool("ray", 1, path="") is None, "one Ray worker needs no command"
+    assert local_launch.missing_tool("pytorch", 4, path="") is None
+
+
+def test_a_worker_that_died_on_an_import_names_the_framework_and_the_package() -> None:
+    tail = 'Traceback (most recent call last):\n  File "train.py", line 1\nModuleNotFoundError: No module named \'paddle\'\n'
+    assert local_launch.not_installed(tail) == "framework paddle is not installed in this environment " \
+                                               "(pip install paddlepaddle)"
+    assert local_launch.not_installed("ModuleNotFoundError: No module named 'mylib.sub'") == \
+        "module 'mylib' is not installed in this environment (pip install mylib)"
+    assert local_launch.not_installed("RuntimeError: CUDA out of memory") is None

@@ -38,13 +38,13 @@ LOCK, VERSION, SEQ = "scheduler:lock", "scheduler:version", "scheduler:seq"
 def job_doc(job: Job) -> dict[str, Any]:
     return {"id": job.id, "request": job.request.raw, "workers": job.workers, "framework": job.framework,
             "project": job.project, "queue": job.queue, "min_memory_gib": job.min_memory_gib, "cpu": job.cpu,
-            "memory_gib": job.memory_gib}
+            "memory_gib": job.memory_gib, "rdma": job.rdma}
 
 
 def job_from(doc: Mapping[str, Any]) -> Job:
     return Job(str(doc["id"]), parse(str(doc["request"])), int(doc["workers"]), str(doc["framework"]),
                str(doc["project"]), str(doc["queue"]), float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)),
-               float(doc.get("memory_gib", 0)))
+               float(doc.get("memory_gib", 0)), bool(doc.get("rdma", False)))
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class Ledger:
                 continue
             job = waiting.job
             shape = (job.request.raw, job.workers, job.framework, job.project, job.queue, job.min_memory_gib, job.cpu,
-                     job.memory_gib)
+                     job.memory_gib, job.rdma)
             if shape in blocked:
                 continue
             try:

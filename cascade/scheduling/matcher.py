@@ -84,6 +84,8 @@ class Matcher:
             return f"framework unsupported: {job.framework} does not run on {vendor}"
         if req.share and flavor.sharing == "none" and not self.naive:
             return "no card sharing on this flavor"
+        if job.rdma and not flavor.rdma:
+            return "no RDMA: the job asks for an RDMA interface per worker and this flavor has no rdma resource"
         need = max(req.memory_gib or 0.0, job.min_memory_gib)
         have = flavor.memory_gib * (req.count if req.share else 1)
         if need and vendor != "cpu" and need > have + EPS:

@@ -66,6 +66,7 @@ class Job:
     min_memory_gib: float = 0.0  # e.g. from a fine-tuning memory estimate
     cpu: float = 0.0  # cores per worker
     memory_gib: float = 0.0  # host memory per worker
+    rdma: bool = False  # an RDMA interface per worker (the flavor's rdma resource)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ class Placement:
     def manifest_fields(self) -> dict[str, Any]:
         """``pod()`` as Kubernetes field names."""
         limits = accelerators.resources(self.job.request, self.flavor.vendor, sharing=self.flavor.sharing,
-                                        card_memory_gib=self.flavor.memory_gib, rdma=self.flavor.rdma)
+                                        card_memory_gib=self.flavor.memory_gib,
+                                        rdma=self.flavor.rdma if self.job.rdma else None)
         tolerations = [{"key": t["key"], "operator": "Equal" if t.get("value") else "Exists",
                         **({"value": t["value"]} if t.get("value") else {}), "effect": t.get("effect", "NoSchedule")}
                        for t in self.flavor.taints]

@@ -49,7 +49,8 @@ class TrainingJob:
         """What the scheduler books: cards per worker, and the cores and host memory each worker's pod asks for."""
         resources = self.spec.get("resources", {})
         return Job(self.id, self.accelerator, self.workers, self.framework, self.project, queue,
-                   cpu=cpu_cores(resources.get("cpu", "1")), memory_gib=memory_gib(resources.get("memory", "2Gi")))
+                   cpu=cpu_cores(resources.get("cpu", "1")), memory_gib=memory_gib(resources.get("memory", "2Gi")),
+                   rdma=bool(resources.get("rdma", False)))
 
     def command(self, python: str = "python") -> list[str]:
         entry = self.spec["entrypoint"]

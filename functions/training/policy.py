@@ -24,6 +24,7 @@ from cascade.core import secrets
 from cascade.core.errors import InvalidInput, SchemaViolation
 from cascade.core.settings import Settings
 from cascade.functions.training import local_launch
+from cascade.scheduling.accelerators import parse
 
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "VIRTUAL_ENV", "OMP_NUM_THREADS")
 """The only variables of the platform's environment a local job's workers inherit."""
@@ -49,6 +50,10 @@ class JobPolicy:
         """Raise SchemaViolation (HTTP 422) naming the field a job may not ask for."""
         if kind != "training":
             return  # a fine-tune's entrypoint and size are the platform's own
+        try:  # a malformed accelerator string is refused here, not when the job is placed
+            parse(str((spec.get("resources") or {}).get("accelerator", "0")))
+        except InvalidInput as exc:
+            raise InvalidInput(str(exc), field="/spec/resources/accelerator") from exc
         for key, cap in (("workers", self.max_workers), ("procsPerWorker", self.max_procs),
                          ("retries", self.max_retries), ("timeoutSeconds", self.default_timeout)):
             if int(spec.get(key, 0)) > cap:

@@ -153,6 +153,11 @@ def test_local_launchers_one_spark_driver_a_missing_tool_refused_and_a_missing_f
     else:
         assert mpi.status_code == 400 and "'mpirun'" in mpi.text and "openmpi-bin" in mpi.text, mpi.text
 
+    bad = httpx.post(f"{platform.gateway}/v1/jobs", headers={"authorization": f"Bearer {platform.token}"},
+                     json={"kind": "training", "spec": {"framework": "pytorch", "entrypoint": {"script": "x.py"},
+                                                        "resources": {"accelerator": "2(V100"}}})
+    assert bad.status_code == 400 and "/spec/resources/accelerator" in bad.text and "1(V100)" in bad.text, bad.text
+
     needs = tmp_path / "needs_paddle.py"
     needs.write_text("import paddle\n")
     assert importlib.util.find_spec("paddle") is None, "this check needs an environment without PaddlePaddle"

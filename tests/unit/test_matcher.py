@@ -152,3 +152,17 @@ def test_cpu_jobs_and_the_framework_matrix() -> None:
     assert frameworks.image("pytorch", "huawei").endswith("pytorch-cann:0.1")
     with pytest.raises(InvalidInput, match="runs on huawei"):
         frameworks.image("mindspore", "nvidia")
+
+
+def test_an_rdma_job_gets_the_flavors_rdma_resource_and_a_flavor_without_one_says_so() -> None:
+    inventory = Inventory.from_dict({"flavors": [
+        {"name": "plain", "vendor": "nvidia", "nodes": [{"name": "p1", "cards": 8}]},
+        {"name": "fabric", "vendor": "nvidia", "rdma": "rdma/hca_shared_devices_a", "nodes": [{"name": "f1", "cards": 8}]}]})
+    plain = Matcher(inventory).place(Job("r", parse("8"), 1))
+    assert plain.flavor.name == "plain" and "rdma/hca_shared_devices_a" not in plain.pod().limits
+    placed = Matcher(Inventory.from_dict({"flavors": [
+        {"name": "plain", "vendor": "nvidia", "nodes": [{"name": "p1", "cards": 8}, {"name": "p2", "cards": 8}]},
+        {"name": "fabric", "vendor": "nvidia", "rdma": "rdma/hca_shared_devices_a",
+         "nodes": [{"name": "f1", "cards": 8}, {"name": "f2", "cards": 8}]}]})).place(Job("r", parse("8"), 2, rdma=True))
+    assert placed.flavor.name == "fabric" and placed.skipped["plain"].startswith("no RDMA")
+    assert placed.pod().limits == {"nvidia.com/gpu": "8", "rdma/hca_shared_devices_a": "1"}

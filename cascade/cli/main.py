@@ -225,4 +225,4 @@ def render(
 
 
 # The plane-specific commands register themselves on ``app`` (after these, so help lists these first).
-from cascade.cli import cmd_events, cmd_experiments, cmd_functions, cmd_jobs, cmd_models  # noqa: E402, F401
+from cascade.cli import cmd_events, cmd_experiments, cmd_functions, cmd_jobs, cmd_models, cmd_nodes  # noqa: E402, F401

@@ -42,3 +42,13 @@ def api_client() -> k8s.ApiClient:
     except (kube_config.ConfigException, OSError) as exc:
         raise PermanentError(f"no Kubernetes configuration: {exc}; set KUBECONFIG or run in a pod "
                              "with a service account") from exc
+
+
+def list_nodes(api: k8s.ApiClient | None = None) -> list[dict[str, object]]:
+    """Every node as the API returns it (JSON field names), for the scheduler's discovery."""
+    api = api or api_client()
+    try:
+        nodes = k8s.CoreV1Api(api).list_node()
+    except Exception as exc:  # noqa: BLE001 - ApiException or the connection's own error, both explained
+        raise explain("list the nodes", exc) from exc
+    return [dict(n) for n in api.sanitize_for_serialization(nodes)["items"]]

@@ -174,12 +174,20 @@ _BYTES = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10,
           "Ti": 2**40}
 
 
+def quantity(value: object, field: str = "resources") -> float:
+    """A Kubernetes quantity as a plain number (``500m`` -> 0.5, ``1k`` -> 1000, ``2Gi`` -> 2147483648)."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise InvalidInput(f"{value!r} is not a Kubernetes quantity such as 2, 500m, 512Mi or 1k", field=field)
+    return float(match.group(1)) * (0.001 if match.group(2) == "m" else _BYTES[match.group(2)])
+
+
 def cpu_cores(value: object, field: str = "resources.cpu") -> float:
     """A Kubernetes CPU quantity (``2``, ``500m``) in cores."""
     match = _QUANTITY.match(str(value))
     if not match or match.group(2) not in (None, "m"):
         raise InvalidInput(f"cpu {value!r} is not a Kubernetes CPU quantity such as 2 or 500m", field=field)
-    return float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
+    return quantity(value, field)
 
 
 def memory_gib(value: object, field: str = "resources.memory") -> float:
@@ -187,7 +195,7 @@ def memory_gib(value: object, field: str = "resources.memory") -> float:
     match = _QUANTITY.match(str(value))
     if not match or match.group(2) == "m":
         raise InvalidInput(f"memory {value!r} is not a Kubernetes memory quantity such as 512Mi or 2Gi", field=field)
-    return float(match.group(1)) * _BYTES[match.group(2)] / 2**30
+    return quantity(value, field) / 2**30
 
 
 def _cards_needed(job: Job) -> float:

@@ -82,6 +82,17 @@ class Projects:
         self.store.put_record("project", name, doc)
         return doc
 
+    def set_lint(self, name: str, mode: str) -> dict[str, str]:
+        """Whether the resource checklist's findings only warn (``warn``) or refuse the job (``refuse``)."""
+        if mode not in ("warn", "refuse"):
+            raise InvalidInput("lint is warn or refuse", field="lint")
+        record = self.store.get_record("project", name)
+        if record is None:
+            raise NotFound(f"project {name!r} does not exist; create it with: cascade projects create {name}")
+        record["lint"] = mode
+        self.store.put_record("project", name, record)
+        return record
+
     def list_projects(self) -> list[dict[str, str]]:
         return self.store.find_records("project")
 

@@ -22,11 +22,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-def create(store: StateStore, job_id: str, kind: str, project: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A new ``submitted`` record."""
+def create(store: StateStore, job_id: str, kind: str, project: str, spec: dict[str, Any],
+           warnings: list[str] | None = None) -> dict[str, Any]:
+    """A new ``submitted`` record (with the resource checklist's warnings, if any)."""
     now = _now()
     record = {"id": job_id, "kind": kind, "project": project, "status": "submitted", "spec": spec,
               "submitted": now, "history": [{"status": "submitted", "time": now}]}
+    if warnings:
+        record["warnings"] = list(warnings)
     store.put_record(KIND, job_id, record, index=INDEX)
     return record
 

@@ -32,6 +32,8 @@ from cascade.events.triggers import Trigger, load_triggers
 from cascade.functions.deploy import register
 from cascade.functions.spec import FunctionSpec, discover
 from cascade.functions.training.backends import open_backend
+from cascade.functions.training.launcher import inventory
+from cascade.functions.training.lint import Linter
 from cascade.functions.training.policy import JobPolicy
 from cascade.functions.training.watch import JobWatcher
 from cascade.serving.registry import Registry
@@ -40,6 +42,17 @@ from cascade.serving.targets import open_target
 from cascade.stores import StateStore
 
 log = logging.getLogger("cascade.platform")
+
+
+def job_check(cfg: Settings, store: StateStore) -> Any:
+    """What the gateway asks of every job it accepts: the backend's policy (refusals), then the resource
+    checklist (warnings, or refusals where the project asks for them)."""
+    policy, linter = JobPolicy.from_settings(cfg), Linter(inventory(cfg), store, cfg.training.queue)
+
+    def check(kind: str, spec: dict[str, Any], project: str) -> list[str]:
+        policy.check(kind, spec)
+        return linter.check(kind, spec, project)
+    return check
 
 
 @dataclass
@@ -95,7 +108,7 @@ class Platform:
         if gateway:
             self.labelling = Reconciler(self.state, self.bus, cfg.bus.topic, interval=cfg.sources.reconcile_seconds)
             app = create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic, platform_token=self.platform_token,
-                             check_job=JobPolicy.from_settings(cfg).check, hosts=cfg.allowed_hosts(cfg.gateway.host),
+                             check_job=job_check(cfg, self.state), hosts=cfg.allowed_hosts(cfg.gateway.host),
                              poke=self.labelling.poke, public_url=cfg.sources.public_url)
             self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway")
             self.labelling.start()

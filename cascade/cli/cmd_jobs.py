@@ -28,6 +28,8 @@ def jobs_submit(
     """Submit a job through the gateway (it becomes a job.submitted event)."""
     reply = gateway_call("POST", "/v1/jobs", token, json={"kind": kind, "spec": load_data(spec)})
     typer.echo(f"submitted {reply['jobId']}")
+    for warning in reply.get("warnings", []):
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
     if wait:
         _follow(reply["jobId"], token)
 

@@ -148,6 +148,22 @@ def projects_create(name: str) -> None:
     typer.echo(f"project {name} created; make a token with: cascade tokens create {name}")
 
 
+@projects_app.command("lint")
+def projects_lint(
+    name: str,
+    refuse: Annotated[bool, typer.Option("--refuse/--warn", help="Refuse jobs the resource checklist flags, or only "
+                                                                 "warn (the default).")] = False,
+) -> None:
+    """Choose what the resource checklist does with a project's jobs: warn, or refuse."""
+    from cascade.events.identity import Projects
+
+    try:
+        Projects(wiring.store(settings())).set_lint(name, "refuse" if refuse else "warn")
+    except CascadeError as exc:
+        fail(str(exc))
+    typer.echo(f"project {name}: the resource checklist {'refuses' if refuse else 'warns about'} flagged jobs")
+
+
 @projects_app.command("ls")
 def projects_ls() -> None:
     """List projects, with each one's tokens and their scopes."""

@@ -51,4 +51,4 @@ def list_nodes(api: k8s.ApiClient | None = None) -> list[dict[str, object]]:
         nodes = k8s.CoreV1Api(api).list_node()
     except Exception as exc:  # noqa: BLE001 - ApiException or the connection's own error, both explained
         raise explain("list the nodes", exc) from exc
-    return [dict(n) for n in api.sanitize_for_serialization(nodes)["items"]]
+    return [dict(n) for n in api.sanitize_for_serialization(nodes)["items"]]  # type: ignore[no-untyped-call]

@@ -48,6 +48,8 @@ class Flavor:
     sharing: str = "hami"  # hami | tencent | none
     rdma: str | None = None
     nodes: list[Node] = field(default_factory=list)
+    nvlink: bool = False  # its cards are linked card to card (NVLink, Infinity Fabric, HCCS)
+    network_gbps: float = 0.0  # how fast its nodes reach each other (0: not said)
 
     @cached_property
     def cards(self) -> int:
@@ -155,7 +157,8 @@ class Inventory:
                 raise InvalidInput(f"flavor {f.get('name')}: unknown vendor {f.get('vendor')!r}", field="vendor")
             flavors[f["name"]] = Flavor(f["name"], vendor, str(f.get("model", "")), float(f.get("memoryGiB", 0)),
                                         dict(f.get("nodeLabels", {})), list(f.get("taints", [])),
-                                        str(f.get("sharing", "hami")), f.get("rdma"), nodes)
+                                        str(f.get("sharing", "hami")), f.get("rdma"), nodes, bool(f.get("nvlink", False)),
+                                        float(f.get("networkGbps", 0)))
         queues = {q["name"]: list(q["flavors"]) for q in doc.get("queues", [])} or {"default": list(flavors)}
         return cls(flavors, queues, {p: dict(v) for p, v in doc.get("quotas", {}).items()})
 

@@ -44,7 +44,7 @@ from cascade.events.sources import labelling
 from cascade.events.sources.connections import Connections, public
 from cascade.stores import StateStore
 
-JobCheck = Callable[[str, dict[str, Any]], None]
+JobCheck = Callable[[str, dict[str, Any], str], list[str]]  # (kind, spec, project) -> warnings; raises to refuse
 
 _PROBLEM = {"application/json": {"schema": {"type": "object", "properties": {
     "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}, "schema": {"type": "string"}}}}}
@@ -245,7 +245,8 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
             except (RetryableError, InvalidInput):
                 await run_in_threadpool(gw.jobs.forget, job["id"])
                 raise
-        return {"jobId": job["id"], "status": job["status"], "eventId": event["id"]}
+        return {"jobId": job["id"], "status": job["status"], "eventId": event["id"],
+                **({"warnings": job["warnings"]} if job.get("warnings") else {})}
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
@@ -288,14 +289,16 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         experiments.check(spec)
         if spec.get("project", project) != project:
             raise Forbidden(f"this token submits into project {project!r}", field="/spec/project")
-        if gw.check_job is not None:
-            gw.check_job("training", spec["trial"])  # each trial is a training job under this project's policy
+        warnings = []
+        if gw.check_job is not None:  # each trial is a training job under this project's policy
+            warnings = await run_in_threadpool(gw.check_job, "training", spec["trial"], project)
         experiment_id = experiments.new_id()
         event = new_event("experiment.submitted", {"experimentId": experiment_id, "project": project, "spec": spec},
                           source="/cascade/api/experiments", id=f"submit-{experiment_id}", subject=experiment_id,
                           partitionkey=experiment_id, extensions={"project": project})
         reply = await gw.publish("/v1/experiments", project, [event])
-        return {"experimentId": experiment_id, "eventId": event["id"], **{k: v for k, v in reply.items() if k != "ids"}}
+        return {"experimentId": experiment_id, "eventId": event["id"], **{k: v for k, v in reply.items() if k != "ids"},
+                **({"warnings": warnings} if warnings else {})}
 
     @app.get("/v1/experiments", tags=["experiments"])
     async def list_experiments(request: Request) -> list[dict[str, Any]]:

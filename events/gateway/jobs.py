@@ -28,10 +28,12 @@ class Jobs:
         self.store = store
 
     def prepare(self, project: str, body: Any, idempotency_key: str | None,
-                check: Callable[[str, dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], CloudEvent, bool]:
+                check: Callable[[str, dict[str, Any], str], list[str]] | None = None,
+                ) -> tuple[dict[str, Any], CloudEvent, bool]:
         """(job record, submitted event, whether it is new) for a submission body.
 
-        ``check(kind, spec)`` is the training backend's job policy (entrypoints, caps)."""
+        ``check(kind, spec, project)`` is the training backend's job policy (entrypoints, caps; it raises) and the
+        resource checklist (it returns warnings, kept on the record)."""
         if not isinstance(body, dict):
             raise InvalidInput("the body must be a JSON object with 'kind' and 'spec'", field="/")
         kind = body.get("kind", "training")
@@ -43,8 +45,7 @@ class Jobs:
         assert isinstance(spec, dict)
         if spec.get("project", project) != project:
             raise Forbidden(f"this token submits into project {project!r}", field="/spec/project")
-        if check is not None:
-            check(kind, spec)
+        warnings = check(kind, spec, project) if check is not None else []
         if idempotency_key:
             job_id = "job-" + hashlib.sha256(f"{project}\x00{idempotency_key}".encode()).hexdigest()[:16]
         else:
@@ -54,7 +55,7 @@ class Jobs:
                           id=f"submit-{job_id}", subject=job_id, partitionkey=job_id, extensions={"project": project})
         if existing:
             return existing, event, False
-        return jobrecords.create(self.store, job_id, kind, project, spec), event, True
+        return jobrecords.create(self.store, job_id, kind, project, spec, warnings=warnings), event, True
 
     def forget(self, job_id: str) -> None:
         jobrecords.forget(self.store, job_id)

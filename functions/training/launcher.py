@@ -40,8 +40,7 @@ class TrainingLauncher:
     def __init__(self, cfg: Settings) -> None:
         self.cfg = cfg
         self.store = open_store(self.cfg.state_url)
-        path = self.cfg.training.inventory
-        self.ledger = Ledger(self.store, Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY))
+        self.ledger = Ledger(self.store, inventory(cfg))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
         self.policy = JobPolicy.from_settings(cfg)
 
@@ -164,6 +163,12 @@ class TrainingLauncher:
         records.update(self.store, job_id, "submitted", spec=spec, project=project, trigger=str(event["id"]))
         return follow_up(event, "job.submitted", {"jobId": job_id, "project": project, "spec": spec}, source=SOURCE,
                          partitionkey=job_id, subject=job_id, id=f"submit-{job_id}")
+
+
+def inventory(cfg: Settings) -> Inventory:
+    """The inventory the settings name, or this machine as one CPU node."""
+    path = cfg.training.inventory
+    return Inventory.load(path) if path else Inventory.from_dict(LOCAL_INVENTORY)
 
 
 def extensions(event: CloudEvent) -> dict[str, str]:

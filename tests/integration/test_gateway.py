@@ -22,7 +22,9 @@ from cascade.events.bus.kafka import KafkaBus
 from cascade.events.envelope import new_event
 from cascade.events.gateway import create_app
 from cascade.events.identity import Projects
+from cascade.functions.training.lint import Linter
 from cascade.functions.training.reporter import Reporter
+from cascade.scheduling.placement import Inventory
 from cascade.stores.sqlite import SqliteStore
 from tests.conftest import drain, make_bus
 
@@ -274,6 +276,35 @@ def test_finetune_submission_and_idempotency_key(env: Env) -> None:
     [event] = env.landed(1)
     assert event["type"] == "io.cascade.finetune.submitted.v1"
     assert env.total() == 1
+
+
+def test_the_resource_checklist_warns_by_default_and_refuses_where_the_project_asks(tmp_path: Path, topic: str) -> None:
+    bus = make_bus("kafka", tmp_path)
+    store = SqliteStore(tmp_path / "state.db")
+    projects = Projects(store)
+    for name in ("alpha", "strict"):
+        projects.create_project(name)
+    projects.set_lint("strict", "refuse")
+    linter = Linter(Inventory.from_dict({"flavors": [
+        {"name": "t4", "vendor": "nvidia", "model": "T4", "memoryGiB": 16, "nodes": [{"name": "n", "cards": 8}]}]}), store)
+    client = TestClient(create_app(bus, store, GatewaySettings(), topic, check_job=linter.check),
+                        base_url="http://localhost")
+    spec = {**SPEC, "resources": {"accelerator": "1", "cpu": "2", "memory": "8Gi"}, "workers": 1}
+    try:
+        warned = client.post("/v1/jobs", json={"kind": "training", "spec": spec},
+                             headers={"authorization": f"Bearer {projects.create_token('alpha')}"})
+        assert warned.status_code == 202, warned.text
+        assert [w.split(":")[0] for w in warned.json()["warnings"]] == ["cpu-cores", "host-memory"]
+        assert jobrecords.get(store, warned.json()["jobId"])["warnings"] == warned.json()["warnings"]  # type: ignore[index]
+        strict = client.post("/v1/jobs", json={"kind": "training", "spec": spec},
+                             headers={"authorization": f"Bearer {projects.create_token('strict')}"})
+        assert strict.status_code == 400 and "refuses" in strict.text and "cpu-cores" in strict.text, strict.text
+        fine = {**spec, "resources": {"accelerator": "1", "cpu": "8", "memory": "32Gi"}}
+        assert client.post("/v1/jobs", json={"kind": "training", "spec": fine},
+                           headers={"authorization": f"Bearer {projects.create_token('strict')}"}).status_code == 202
+        assert sum(bus.end_offsets(topic).values()) == 2, "the refused job published nothing"
+    finally:
+        bus.close()
 
 
 def test_a_trials_reporter_turns_metrics_lines_into_trial_reported_with_its_credential_only(

@@ -1,4 +1,5 @@
-"""Commands for the hardware the scheduler places on: probe this machine or a cluster, write the inventory."""
+"""Commands for the hardware the scheduler places on (probe a machine or a cluster, write the inventory) and
+for choosing a framework for it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 import yaml
 
-from cascade.cli.common import app, console, fail
+from cascade.cli.common import app, console, fail, settings
 
 nodes_app = typer.Typer(help="The hardware jobs are placed on.", no_args_is_help=True)
 app.add_typer(nodes_app, name="nodes")
@@ -58,3 +59,36 @@ def _show(doc: dict[str, Any]) -> None:
                       str(sum(n["cards"] for n in nodes)), f"{sum(n.get('cpu', 0) for n in nodes):g}",
                       f"{sum(n.get('hostMemoryGiB', 0) for n in nodes):g}", f.get("rdma", ""))
     console().print(table)
+
+
+frameworks_app = typer.Typer(help="Training frameworks: which to choose, and their images.", no_args_is_help=True)
+app.add_typer(frameworks_app, name="frameworks")
+
+
+@frameworks_app.command("recommend")
+def frameworks_recommend(
+    task: Annotated[str, typer.Option(help="vision, nlp, recsys or rl.")],
+    deploy: Annotated[str, typer.Option(help="cloud, mobile or edge.")],
+    team: Annotated[str, typer.Option(help="python (research-minded) or engineering.")],
+    priority: Annotated[str, typer.Option(help="iteration or scale.")],
+    inventory: Annotated[Optional[Path], typer.Option(help="Inventory YAML whose vendors the images are for "
+                                                            "(default: the platform's, else this machine: cpu).")] = None,
+) -> None:
+    """Walk the framework decision tree, each step with its reason, and list the images for the hardware."""
+    from cascade.scheduling.placement import Inventory
+    from cascade.scheduling.recommend import images, recommend
+
+    try:
+        result = recommend(task, deploy, team, priority)
+    except ValueError as exc:
+        fail(str(exc))
+    path = inventory or settings().training.inventory
+    vendors = sorted({f.vendor for f in Inventory.load(path).flavors.values()}) if path else ["cpu"]
+    for i, step in enumerate(result.steps, 1):
+        typer.echo(f"{i}. {step.question} {step.answer}: {step.reason}\n   -> {', '.join(step.kept)}")
+    first, *others = result.frameworks
+    typer.echo(f"recommended: {first}" + (f", scaled with {result.scale_with}" if result.scale_with else "")
+               + (f" (alternatives: {', '.join(others)})" if others else ""))
+    for framework, per_vendor in images([first, *([result.scale_with] if result.scale_with else [])], vendors).items():
+        for vendor, image in per_vendor.items():
+            typer.echo(f"  {framework} on {vendor}: {image or 'no image (it does not run on ' + vendor + ')'}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from cascade.core.ports import free_port
 from tests.helpers.platform import wait_ready
@@ -181,3 +182,21 @@ def test_a_release_names_its_accelerator_and_replica_resources(tmp_path: Path) -
         bus.close()
     data = released.get_data()
     assert (data["accelerator"], data["resources"]) == ("1(T4)", {"cpu": "2", "memory": "4Gi"})
+
+
+def test_nodes_probe_writes_an_inventory_and_frameworks_recommend_walks_the_tree(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yaml"
+    probed = cli(tmp_path, "nodes", "probe", "--output", str(inventory))
+    doc = yaml.safe_load(inventory.read_text())
+    cpu = next(f for f in doc["flavors"] if f["vendor"] == "cpu")
+    assert cpu["nodes"][0]["cpu"] == os.cpu_count() and cpu["nodes"][0]["hostMemoryGiB"] > 0
+    if len(doc["flavors"]) == 1:  # this machine has no accelerator, and the probe says so
+        assert "no accelerator found" in probed.stdout
+    advice = cli(tmp_path, "frameworks", "recommend", "--task", "nlp", "--deploy", "cloud", "--team", "python",
+                 "--priority", "scale", "--inventory", str(inventory))
+    assert "recommended: pytorch, scaled with deepspeed" in advice.stdout
+    assert "4. what matters most? scale: models beyond one card's memory need ZeRO sharding" in advice.stdout
+    assert "pytorch on cpu: ghcr.io/cascade-ml/pytorch-cpu:0.1" in advice.stdout
+    bad = cli(tmp_path, "frameworks", "recommend", "--task", "audio", "--deploy", "cloud", "--team", "python",
+              "--priority", "scale", check=False)
+    assert bad.returncode == 2 and "--task must be one of vision, nlp, recsys, rl" in bad.stderr

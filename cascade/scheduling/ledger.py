@@ -9,6 +9,13 @@ gives a job's booking back (or takes it out of the queue) and admits the waiting
 fit, highest priority first and then in submission order; a waiting job that does not fit yet
 does not hold back a smaller one behind it (Kueue's BestEffortFIFO).
 
+Projects in a cohort lend each other the quota they do not use (Kueue's cohorts): a job may go
+beyond its project's nominal quota while the cohort as a whole stays within the sum of its
+members'. When a project needs its own quota back, the ledger preempts the newest bookings of
+cohort members that are borrowing, just enough to place the job; each preempted job goes back to
+its queue with its priority and submission order (``evictions`` names them, so the launcher stops
+their runs and keeps their output, where the checkpoints are).
+
 Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
 survive a restart and every launcher process sees the same ones: each decision holds a short
 lease (``scheduler:lock``) and a process rebuilds its view from the records only when another
@@ -75,7 +82,9 @@ class Ledger:
         self.capacity = Matcher(copy.deepcopy(inventory), naive=naive)  # never booked: what could ever fit
         self.matcher = Matcher(copy.deepcopy(inventory), naive=naive)
         self.booked: dict[str, Placement] = {}
+        self.tickets: dict[str, Waiting] = {}  # per booking: its priority, submission order and payload
         self.waiting: dict[str, Waiting] = {}
+        self.evicted: list[str] = []
         self._version: bytes | None = None
         self._changed = False
 
@@ -104,12 +113,15 @@ class Ledger:
         if version is not None and version == self._version:
             return
         self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
-        self.booked, self.waiting = {}, {}
+        self.booked, self.tickets, self.waiting = {}, {}, {}
         for rec in self.store.find_records("booking"):
             placement = self._placement(rec)
             if placement is not None:
                 self.matcher.allocate(placement)
                 self.booked[placement.job.id] = placement
+                self.tickets[placement.job.id] = Waiting(placement.job, int(rec.get("priority", 0)),
+                                                         int(rec.get("seq", 0)), {}, float(rec.get("booked", 0)),
+                                                         dict(rec.get("payload") or {}))
         for rec in self.store.find_records("waiting"):
             self.waiting[str(rec["id"])] = Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]),
                                                    dict(rec["reasons"]), float(rec["since"]), dict(rec["payload"]))
@@ -125,14 +137,26 @@ class Ledger:
         return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), dict(rec.get("skipped", {})))
 
     # -- writes ----------------------------------------------------------------------------------------
-    def _take(self, placement: Placement) -> None:
+    def _take(self, placement: Placement, ticket: Waiting) -> None:
+        """Book ``placement``; ``ticket`` keeps what a preemption needs to requeue it (priority, order, payload)."""
         self.matcher.allocate(placement)
         self.booked[placement.job.id] = placement
+        self.tickets[placement.job.id] = ticket
         self.store.put_record("booking", placement.job.id, {
             "id": placement.job.id, "project": placement.job.project, "job": job_doc(placement.job),
             "flavor": placement.flavor.name, "skipped": placement.skipped, "booked": self.clock(),
+            "priority": ticket.priority, "seq": ticket.seq, "payload": ticket.payload,
             "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}, index=("project",))
         self._changed = True
+
+    def _free(self, job_id: str) -> Placement | None:
+        placement = self.booked.pop(job_id, None)
+        self.tickets.pop(job_id, None)
+        if placement is not None:
+            self.matcher.release(placement)
+            self.store.delete_record("booking", job_id)
+            self._changed = True
+        return placement
 
     def _wait(self, waiting: Waiting) -> None:
         self.waiting[waiting.job.id] = waiting
@@ -147,36 +171,84 @@ class Ledger:
             self.store.delete_record("waiting", job_id)
             self._changed = True
 
+    def _seq(self) -> int:
+        seq = int(self.store.get(SEQ) or b"0") + 1
+        self.store.put(SEQ, str(seq).encode())
+        return seq
+
+    def _reclaim(self, job: Job) -> Placement | None:
+        """Place ``job`` by preempting work its cohort borrowed, if the job stays within its project's own quota.
+
+        Victims are other projects' bookings while their project uses more than its nominal quota, newest
+        first; each goes back to its queue (same priority and order) and is named in ``evictions``."""
+        inv = self.matcher.inventory
+        vendor = self.matcher.vendor_of(job)
+        quota = inv.quotas.get(job.project, {}).get(vendor)
+        cohort, members = inv.cohort(job.project)
+        need = job.workers * (job.request.count if job.request.share else job.request.cards)
+        if not cohort or quota is None or inv.used.get((job.project, vendor), 0.0) + need > quota + 1e-9:
+            return None
+        candidates = sorted((p for p in self.booked.values() if p.job.project in members and p.job.project != job.project
+                             and p.flavor.vendor == vendor), key=lambda p: -self.tickets[p.job.id].seq)
+        taken: list[Placement] = []
+        placement = None
+        for victim in candidates:
+            if inv.borrowing(victim.job.project, vendor) <= 1e-9:
+                continue  # that project is back within its own quota: what it runs is its own
+            self.matcher.release(victim)
+            taken.append(victim)
+            try:
+                placement = self.matcher.place(job)
+                break
+            except NoFit:
+                continue
+        if placement is None:
+            for victim in taken:  # not enough to reclaim: nobody is preempted
+                self.matcher.allocate(victim)
+            return None
+        why = {"preempted": f"project {job.project} reclaimed its quota in cohort {cohort} (job {job.id})"}
+        for victim in taken:
+            ticket = self.tickets.pop(victim.job.id)
+            self.booked.pop(victim.job.id)
+            self.store.delete_record("booking", victim.job.id)
+            self._wait(Waiting(victim.job, ticket.priority, ticket.seq, why, self.clock(), ticket.payload))
+            self.evicted.append(victim.job.id)
+        return placement
+
     # -- the API ---------------------------------------------------------------------------------------
     def book(self, job: Job, *, priority: int = 0, payload: Mapping[str, Any] | None = None) -> Placement | Waiting:
-        """The job's booking (placed now), or its place in the queue; NoFit if it could never fit."""
+        """The job's booking (placed now, perhaps by preempting borrowed work: see ``evictions``), or its place in
+        the queue; NoFit if it could never fit."""
         with self._decision():
             if job.id in self.booked:
                 return self.booked[job.id]  # a redelivered submission
             if job.id in self.waiting:
                 return self.waiting[job.id]
+            ticket = Waiting(job, priority, self._seq(), {}, self.clock(), dict(payload or {}))
             try:
                 placement = self.matcher.place(job)
             except NoFit as now:
                 self.capacity.place(job)  # NoFit here: not even the empty inventory takes it
-                seq = int(self.store.get(SEQ) or b"0") + 1
-                self.store.put(SEQ, str(seq).encode())
-                waiting = Waiting(job, priority, seq, now.reasons, self.clock(), dict(payload or {}))
-                self._wait(waiting)
-                return waiting
-            self._take(placement)
+                reclaimed = self._reclaim(job)
+                if reclaimed is None:
+                    waiting = Waiting(job, priority, ticket.seq, now.reasons, ticket.since, ticket.payload)
+                    self._wait(waiting)
+                    return waiting
+                placement = reclaimed
+            self._take(placement, ticket)
             return placement
+
+    def evictions(self) -> list[str]:
+        """The jobs preempted since the last call (back in their queues): their runs must be stopped."""
+        out, self.evicted = self.evicted, []
+        return out
 
     def release(self, job_id: str, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
         """Give ``job_id``'s booking back (or drop it from its queue), then admit what now fits.
 
         ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited)."""
         with self._decision():
-            placement = self.booked.pop(job_id, None)
-            if placement is not None:
-                self.matcher.release(placement)
-                self.store.delete_record("booking", job_id)
-                self._changed = True
+            self._free(job_id)
             self._unwait(job_id)
             return self._admit(wanted)
 
@@ -189,6 +261,8 @@ class Ledger:
         admitted: list[Admitted] = []
         blocked: set[tuple[Any, ...]] = set()  # shapes that did not fit in this pass: the same shape will not either
         for waiting in sorted(self.waiting.values(), key=lambda w: (-w.priority, w.seq)):
+            if waiting.job.id not in self.waiting:
+                continue  # requeued by a preemption in this pass
             if not wanted(waiting):
                 self._unwait(waiting.job.id)
                 continue
@@ -200,10 +274,13 @@ class Ledger:
             try:
                 placement = self.matcher.place(job)
             except NoFit:
-                blocked.add(shape)
-                continue
+                reclaimed = self._reclaim(job)
+                if reclaimed is None:
+                    blocked.add(shape)
+                    continue
+                placement = reclaimed
             self._unwait(job.id)
-            self._take(placement)
+            self._take(placement, waiting)
             admitted.append(Admitted(placement, waiting))
         return admitted
 

@@ -90,11 +90,23 @@ class Matcher:
         have = flavor.memory_gib * (req.count if req.share else 1)
         if need and vendor != "cpu" and need > have + EPS:
             return f"not enough memory: needs {need:g} GiB per card, this flavor gives {have:g} GiB"
-        quota = self.inventory.quotas.get(job.project, {}).get(vendor)
-        used = self.inventory.used.get((job.project, vendor), 0.0)
-        if quota is not None and used + _cards_needed(job) > quota + EPS:
-            return f"quota exhausted: project {job.project} uses {used:g} of {quota:g} {vendor} cards"
-        return None
+        return self._quota(job, vendor)
+
+    def _quota(self, job: Job, vendor: str) -> str | None:
+        """Why the project's quota (with what its cohort lends) cannot take the job, or None."""
+        inv = self.inventory
+        quota = inv.quotas.get(job.project, {}).get(vendor)
+        used, need = inv.used.get((job.project, vendor), 0.0), _cards_needed(job)
+        if quota is None or used + need <= quota + EPS:
+            return None
+        cohort, members = inv.cohort(job.project)
+        lenders = [m for m in members if vendor in inv.quotas.get(m, {})]
+        pool = sum(inv.quotas[m][vendor] for m in lenders)
+        pool_used = sum(inv.used.get((m, vendor), 0.0) for m in lenders)
+        if cohort and pool_used + need <= pool + EPS:
+            return None  # it borrows what the others of its cohort do not use
+        lend = f"; cohort {cohort} has {max(0.0, pool - pool_used):g} unused to lend" if cohort else ""
+        return f"quota exhausted: project {job.project} uses {used:g} of {quota:g} {vendor} cards{lend}"
 
     def _fit(self, flavor: Flavor, job: Job) -> list[tuple[Node, list[int], float]] | None:
         """Slots for every worker (cards, cores, host memory), or None; nothing is taken. The nodes an

@@ -142,8 +142,18 @@ class NoFit(InvalidInput):
 class Inventory:
     flavors: dict[str, Flavor]
     queues: dict[str, list[str]]
-    quotas: dict[str, dict[str, float]]  # project -> vendor -> cards
+    quotas: dict[str, dict[str, float]]  # project -> vendor -> cards (its nominal quota)
     used: dict[tuple[str, str], float] = field(default_factory=dict)
+    cohorts: dict[str, list[str]] = field(default_factory=dict)  # cohort -> projects that lend each other unused quota
+
+    def cohort(self, project: str) -> tuple[str, list[str]]:
+        """The project's cohort and its members (("", []) when it has none)."""
+        return next(((name, members) for name, members in self.cohorts.items() if project in members), ("", []))
+
+    def borrowing(self, project: str, vendor: str) -> float:
+        """How many cards of ``vendor`` the project uses beyond its nominal quota (borrowed from its cohort)."""
+        quota = self.quotas.get(project, {}).get(vendor)
+        return 0.0 if quota is None else max(0.0, self.used.get((project, vendor), 0.0) - quota)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Inventory:
@@ -160,7 +170,8 @@ class Inventory:
                                         str(f.get("sharing", "hami")), f.get("rdma"), nodes, bool(f.get("nvlink", False)),
                                         float(f.get("networkGbps", 0)))
         queues = {q["name"]: list(q["flavors"]) for q in doc.get("queues", [])} or {"default": list(flavors)}
-        return cls(flavors, queues, {p: dict(v) for p, v in doc.get("quotas", {}).items()})
+        return cls(flavors, queues, {p: dict(v) for p, v in doc.get("quotas", {}).items()},
+                   cohorts={str(k): [str(p) for p in v] for k, v in (doc.get("cohorts") or {}).items()})
 
     @classmethod
     def load(cls, path: Path) -> Inventory:

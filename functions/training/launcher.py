@@ -14,12 +14,13 @@ the same path as any other.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import replace
 from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.core.errors import InvalidInput, PermanentError
+from cascade.core.errors import CascadeError, InvalidInput, PermanentError
 from cascade.core.settings import Settings
 from cascade.events import jobrecords as records
 from cascade.events.envelope import PROPAGATED, event_type, follow_up
@@ -30,7 +31,9 @@ from cascade.scheduling.ledger import Admitted, Ledger, Waiting
 from cascade.scheduling.placement import Inventory, Job, PodPlacement
 from cascade.stores import StateStore, open_store
 
+log = logging.getLogger("cascade.training")
 SOURCE = "/cascade/functions/launch-training"
+PREEMPTED = "preempted"  # the reason a preempted job's run is cancelled with
 ENDS = tuple(event_type(f"job.{end}") for end in ("succeeded", "failed", "cancelled"))
 LOCAL_INVENTORY = {"flavors": [{"name": "local-cpu", "vendor": "cpu", "nodeLabels": {},
                                 "nodes": [{"name": "localhost", "cards": 0}]}]}
@@ -43,21 +46,25 @@ class TrainingLauncher:
         self.ledger = Ledger(self.store, inventory(cfg))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
         self.policy = JobPolicy.from_settings(cfg)
+        self.pending: list[CloudEvent] = []  # job.queued of the runs a booking preempted, sent with the reply
 
     def handle(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
         if event["type"] == event_type("labels.completed"):
             return self.on_labels(event)
-        if event["type"] == event_type("finetune.submitted"):
-            return self.on_finetune(event)
         if event["type"] in ENDS:
             return self.on_ended(event) or None
-        return self.on_submitted(event)
+        self.pending = []
+        reply = self.on_finetune(event) if event["type"] == event_type("finetune.submitted") else self.on_submitted(event)
+        if not self.pending:
+            return reply
+        return [*self.pending, *([] if reply is None else [reply] if isinstance(reply, CloudEvent) else reply)]
 
     def _book(self, event: CloudEvent, job: TrainingJob, request: Job, kind: str,
               payload: dict[str, Any]) -> PodPlacement | CloudEvent:
         """The job's placement, booked; or its job.queued event when it waits for room."""
         booked = self.ledger.book(request, priority=int(job.spec.get("priority", 0)),
                                   payload={"kind": kind, "extensions": extensions(event), **payload})
+        self.pending.extend(self._evict(event))
         if isinstance(booked, Waiting):
             reason = "; ".join(f"{k}: {v}" for k, v in booked.reasons.items())
             records.update(self.store, job.id, "queued", reason=reason, project=job.project)
@@ -78,13 +85,36 @@ class TrainingLauncher:
         return []
 
     def _wanted(self, waiting: Waiting) -> bool:
-        """A waiting job still wants to run unless it was cancelled (or otherwise ended) while it waited."""
-        return (records.get(self.store, waiting.job.id) or {}).get("status") == "queued"
+        """A waiting job still wants to run unless it was cancelled (or otherwise ended) while it waited; a
+        preempted one whose run is still stopping already says ``queued``, or will."""
+        record = records.get(self.store, waiting.job.id) or {}
+        return record.get("status") == "queued" or bool(record.get("requeued"))
 
     def on_ended(self, event: CloudEvent) -> list[CloudEvent]:
-        """A job ended: its booking goes back and the waiting jobs that now fit start."""
-        job_id = str((event.get_data() or {}).get("jobId", ""))
-        return self._admitted(event, self.ledger.release(job_id, self._wanted)) if job_id else []
+        """A job ended: its booking goes back and the waiting jobs that now fit start. A preempted job's
+        cancellation is not an end: the ledger already moved it back to its queue."""
+        data = event.get_data() or {}
+        job_id = str(data.get("jobId", ""))
+        if not job_id or str(data.get("reason", "")).startswith(PREEMPTED):
+            return []
+        admitted = self.ledger.release(job_id, self._wanted)
+        return self._evict(event) + self._admitted(event, admitted)
+
+    def _evict(self, cause: CloudEvent) -> list[CloudEvent]:
+        """Stop the runs the ledger preempted (their output, with its checkpoints, stays) and say they wait again."""
+        out = []
+        for job_id in self.ledger.evictions():
+            record = records.get(self.store, job_id) or {}
+            why = self.ledger.waiting[job_id].reasons.get("preempted", "") if job_id in self.ledger.waiting else ""
+            try:
+                self.backend.cancel(job_id, f"{PREEMPTED}: {why}")
+            except CascadeError as exc:  # it may have just ended; it waits all the same
+                log.warning("stopping preempted job %s: %s", job_id, exc)
+            records.update(self.store, job_id, "queued", requeued=True, reason=f"{PREEMPTED}: {why}")
+            project = str(record.get("project") or "default")
+            out.append(follow_up(cause, "job.queued", {"jobId": job_id, "reasons": {"preempted": why}},
+                                 source=SOURCE, partitionkey=job_id, subject=job_id, extensions={"project": project}))
+        return out
 
     def _admitted(self, cause: CloudEvent, admitted: list[Admitted]) -> list[CloudEvent]:
         out = []
@@ -103,7 +133,7 @@ class TrainingLauncher:
             out.append(follow_up(cause, "job.admitted", {
                 "jobId": job_id, "queue": w.job.queue, "waitedSeconds": round(max(0.0, self.ledger.clock() - w.since), 3),
                 "placement": job.placement.to_dict()}, source=SOURCE, partitionkey=job_id, subject=job_id, extensions=ext))
-            records.update(self.store, job_id, "admitted", project=w.job.project,
+            records.update(self.store, job_id, "admitted", project=w.job.project, requeued=False, cancelRequested=False,
                            **({"kind": "finetune", "finetune": spec} if payload["kind"] == "finetune" else {}))
             out += self._launch(job, ext, cause)
         return out

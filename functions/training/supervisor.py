@@ -162,8 +162,10 @@ class Supervisor:
                                         "durationSeconds": round(duration, 3), "framework": self.job.framework})
             return 0
         if outcome == "cancelled":
-            reason = str((records.get(self.store, self.job.id) or {}).get("cancelReason") or "cancelled on request")
-            records.update(self.store, self.job.id, "cancelled", reason=reason)
+            record = records.get(self.store, self.job.id) or {}
+            reason = str(record.get("cancelReason") or "cancelled on request")
+            # preempted: the job waits in its queue again (its output, with its checkpoints, stays)
+            records.update(self.store, self.job.id, "queued" if record.get("requeued") else "cancelled", reason=reason)
             self.emit("job.cancelled", {"reason": reason})
             return 0
         log = sorted((self.output / "logs").glob(f"worker-{bad}.attempt-*.log"))[-1]

@@ -104,3 +104,31 @@ def test_bookings_survive_a_restart_and_two_launchers_share_them(store: StateSto
     assert sorted(type(r).__name__ for r in results) == ["Placement", "Placement", "Waiting", "Waiting"], \
         "four launchers at once: two bookings fill the node, two wait"
     assert ledger(store).usage()["flavors"]["a100"]["booked"] == 8.0
+
+
+def test_a_cohort_lends_unused_quota_and_takes_it_back_by_preempting_the_borrowed_work(store: StateStore) -> None:
+    led = Ledger(store, Inventory.from_dict({
+        "flavors": [{"name": "a100", "vendor": "nvidia", "nodes": [{"name": "n1", "cards": 8}]}],
+        "quotas": {"vision": {"nvidia": 4}, "nlp": {"nvidia": 4}, "solo": {"nvidia": 4}},
+        "cohorts": {"research": ["vision", "nlp"]}}))
+    first, second = led.book(job("nlp-1", "4", "nlp")), led.book(job("nlp-2", "4", "nlp"), payload={"spec": {"x": 1}})
+    assert isinstance(first, Placement) and isinstance(second, Placement), "nlp borrows vision's idle quota"
+    assert led.usage()["projects"] == {"nlp/nvidia": 8.0} and led.evictions() == []
+    refused = led.book(job("nlp-3", "2", "nlp"))
+    assert isinstance(refused, Waiting) and "cohort research has 0 unused to lend" in refused.reasons["a100"]
+    vision = led.book(job("vision-1", "4", "vision"))
+    assert isinstance(vision, Placement), "vision takes its own quota back"
+    assert led.evictions() == ["nlp-2"], "the newest borrowed booking, and only as much as needed"
+    requeued = {w["jobId"]: w for w in led.usage()["waiting"]}
+    assert "preempted" in requeued["nlp-2"]["reasons"] and "vision reclaimed" in requeued["nlp-2"]["reasons"]["preempted"]
+    again = ledger_view(store)
+    assert again.waiting["nlp-2"].payload == {"spec": {"x": 1}}, "requeued with what it needs to start again"
+    assert [a.placement.job.id for a in led.release("vision-1")] == ["nlp-2"], "its turn again before nlp-3"
+    with pytest.raises(NoFit, match="quota exhausted"):
+        led.book(job("solo-1", "8", "solo"))  # no cohort: never beyond its own 4 cards
+
+
+def ledger_view(store: StateStore) -> Ledger:
+    view = ledger(store)
+    view.usage()  # a decision: it reads the shared records
+    return view

@@ -19,4 +19,4 @@ def start(config: dict[str, Any]) -> None:
 
 def handle(event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
     assert _launcher is not None
-    return _launcher.on_finetune(event)
+    return _launcher.handle(event)  # finetune.submitted: booked (and what it preempted stopped) like any job

@@ -168,8 +168,8 @@ class KubernetesBackend:
 
     def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
         status = (self.store.get_record("job", job_id) or {}).get("status")
-        if status == "queued":  # it never started: the scheduler drops it from its queue
-            records.update(self.store, job_id, "cancelled", reason=reason)
+        if status == "queued":  # not running: the scheduler drops it from its queue
+            records.update(self.store, job_id, "cancelled", reason=reason, requeued=False)
             return
         r = self._resource(job_id)
         if status in records.FINAL:
@@ -219,8 +219,8 @@ class KubernetesBackend:
     def reconcile(self) -> list[Change]:
         changes = []
         for record in self.store.find_records("job", backend=self.name):
-            if record.get("status") in records.FINAL or "resource" not in record:
-                continue
+            if record.get("status") in (*records.FINAL, "queued") or "resource" not in record:
+                continue  # ended, or waiting for room again after a preemption deleted its resource
             r = record["resource"]
             obj = self._get(r)
             now = "failed" if obj is None else phase(obj)

@@ -71,8 +71,8 @@ class LocalBackend:
     @staticmethod
     def _gone(record: dict[str, Any]) -> str | None:
         """For an unfinished job whose supervisor is dead: the status it ended in."""
-        if record.get("status") in records.FINAL or _alive(int(record.get("supervisor") or 0)):
-            return None
+        if record.get("status") in (*records.FINAL, "queued") or _alive(int(record.get("supervisor") or 0)):
+            return None  # ended, or waiting for room again (preempted): nothing runs that could have died
         return "cancelled" if record.get("cancelRequested") else "failed"
 
     def status(self, job_id: str) -> str:
@@ -80,8 +80,8 @@ class LocalBackend:
         return self._gone(record) or str(record.get("status"))
 
     def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
-        if (records.get(self.store, job_id) or {}).get("status") == "queued":  # never started: the queue drops it
-            records.update(self.store, job_id, "cancelled", reason=reason)
+        if (records.get(self.store, job_id) or {}).get("status") == "queued":  # not running: the queue drops it
+            records.update(self.store, job_id, "cancelled", reason=reason, requeued=False)
             return
         record = self._record(job_id)
         if record.get("status") in records.FINAL:

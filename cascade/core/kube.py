@@ -30,18 +30,22 @@ def explain(what: str, exc: Exception) -> CascadeError:
     return PermanentError(text) if 400 <= status < 500 and status not in (408, 409, 429) else RetryableError(text)
 
 
-def api_client() -> k8s.ApiClient:
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+def api_client(config_file: str = "", context: str = "") -> k8s.ApiClient:
+    """A client for the pod's service account, or for a kubeconfig (``config_file``/``context`` name one cluster
+    of several; by default $KUBECONFIG or ~/.kube/config and its current context)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not config_file:
         try:
             kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
             return k8s.ApiClient()
         except kube_config.ConfigException:
             pass
     try:
-        return kube_config.new_client_from_config()  # type: ignore[no-untyped-call,no-any-return]
+        return kube_config.new_client_from_config(  # type: ignore[no-untyped-call,no-any-return]
+            config_file=config_file or None, context=context or None)
     except (kube_config.ConfigException, OSError) as exc:
-        raise PermanentError(f"no Kubernetes configuration: {exc}; set KUBECONFIG or run in a pod "
-                             "with a service account") from exc
+        raise PermanentError(f"no Kubernetes configuration{f' in {config_file}' if config_file else ''}: {exc}; set "
+                             "KUBECONFIG (or the cluster's kubeconfig in the inventory) or run in a pod with a "
+                             "service account") from exc
 
 
 def list_nodes(api: k8s.ApiClient | None = None) -> list[dict[str, object]]:

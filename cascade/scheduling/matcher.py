@@ -90,13 +90,19 @@ class Matcher:
         have = flavor.memory_gib * (req.count if req.share else 1)
         if need and vendor != "cpu" and need > have + EPS:
             return f"not enough memory: needs {need:g} GiB per card, this flavor gives {have:g} GiB"
-        return self._quota(job, vendor)
+        return self._quota(job, vendor, flavor.cluster)
 
-    def _quota(self, job: Job, vendor: str) -> str | None:
-        """Why the project's quota (with what its cohort lends) cannot take the job, or None."""
+    def _quota(self, job: Job, vendor: str, cluster: str = "") -> str | None:
+        """Why the project's quota (with what its cohort lends), or its quota in the flavor's cluster, cannot
+        take the job; or None."""
         inv = self.inventory
+        need = _cards_needed(job)
+        local = inv.cluster_quotas.get(cluster, {}).get(job.project, {}).get(vendor)
+        there = inv.used_in.get((job.project, cluster, vendor), 0.0)
+        if cluster and local is not None and there + need > local + EPS:
+            return f"quota exhausted on cluster {cluster}: project {job.project} uses {there:g} of {local:g} {vendor} cards there"
         quota = inv.quotas.get(job.project, {}).get(vendor)
-        used, need = inv.used.get((job.project, vendor), 0.0), _cards_needed(job)
+        used = inv.used.get((job.project, vendor), 0.0)
         if quota is None or used + need <= quota + EPS:
             return None
         cohort, members = inv.cohort(job.project)
@@ -201,6 +207,8 @@ class Matcher:
             node.memory_gib -= job.memory_gib
         key = (placement.job.project, placement.flavor.vendor)
         self.inventory.used[key] = self.inventory.used.get(key, 0.0) + _cards_needed(placement.job)
+        where = (placement.job.project, placement.flavor.cluster, placement.flavor.vendor)
+        self.inventory.used_in[where] = self.inventory.used_in.get(where, 0.0) + _cards_needed(placement.job)
 
     def release(self, placement: Placement) -> None:
         job = placement.job
@@ -216,6 +224,8 @@ class Matcher:
             node.memory_gib = min(node.memory_total, node.memory_gib + job.memory_gib)
         key = (placement.job.project, placement.flavor.vendor)
         self.inventory.used[key] = max(0.0, self.inventory.used.get(key, 0.0) - _cards_needed(placement.job))
+        where = (placement.job.project, placement.flavor.cluster, placement.flavor.vendor)
+        self.inventory.used_in[where] = max(0.0, self.inventory.used_in.get(where, 0.0) - _cards_needed(placement.job))
 
     def submit(self, job: Job) -> Placement:
         placement = self.place(job)

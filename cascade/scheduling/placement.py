@@ -50,6 +50,7 @@ class Flavor:
     nodes: list[Node] = field(default_factory=list)
     nvlink: bool = False  # its cards are linked card to card (NVLink, Infinity Fabric, HCCS)
     network_gbps: float = 0.0  # how fast its nodes reach each other (0: not said)
+    cluster: str = ""  # the cluster it is in ("": the platform's own backend)
 
     @cached_property
     def cards(self) -> int:
@@ -87,6 +88,7 @@ class PodPlacement:
     limits: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # flavor -> why it was passed over
     memory_gib: float | None = None  # a fine-tune's estimated need per card
+    cluster: str = ""  # the inventory's cluster it runs in ("": the platform's own backend)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"image": self.image, "flavor": self.flavor, "nodes": list(self.nodes),
@@ -94,6 +96,8 @@ class PodPlacement:
                                "limits": dict(self.limits), "skipped": dict(self.skipped)}
         if self.memory_gib is not None:
             out["memoryGiB"] = self.memory_gib
+        if self.cluster:
+            out["cluster"] = self.cluster
         return out
 
     @classmethod
@@ -101,7 +105,7 @@ class PodPlacement:
         return cls(str(d.get("image", "")), str(d.get("flavor", "")), tuple(d.get("nodes") or ()),
                    dict(d.get("nodeSelector") or {}), tuple(dict(t) for t in d.get("tolerations") or ()),
                    {str(k): str(v) for k, v in (d.get("limits") or {}).items()}, dict(d.get("skipped") or {}),
-                   None if d.get("memoryGiB") is None else float(d["memoryGiB"]))
+                   None if d.get("memoryGiB") is None else float(d["memoryGiB"]), str(d.get("cluster", "")))
 
 
 @dataclass
@@ -125,7 +129,8 @@ class Placement:
                         **({"value": t["value"]} if t.get("value") else {}), "effect": t.get("effect", "NoSchedule")}
                        for t in self.flavor.taints]
         return {"nodeSelector": dict(self.flavor.node_labels), "tolerations": tolerations, "limits": limits,
-                "image": self.image, "flavor": self.flavor.name, "nodes": [n.name for n, _, _ in self.slots]}
+                "image": self.image, "flavor": self.flavor.name, "nodes": [n.name for n, _, _ in self.slots],
+                **({"cluster": self.flavor.cluster} if self.flavor.cluster else {})}
 
 
 class NoFit(InvalidInput):
@@ -138,6 +143,17 @@ class NoFit(InvalidInput):
         self.reasons = reasons
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """Where some flavors are: a backend and how to reach it (a kubeconfig file and context, a namespace prefix)."""
+
+    name: str
+    backend: str = "kubernetes"
+    kubeconfig: str = ""
+    context: str = ""
+    namespace_prefix: str = "cascade-"
+
+
 @dataclass
 class Inventory:
     flavors: dict[str, Flavor]
@@ -145,6 +161,9 @@ class Inventory:
     quotas: dict[str, dict[str, float]]  # project -> vendor -> cards (its nominal quota)
     used: dict[tuple[str, str], float] = field(default_factory=dict)
     cohorts: dict[str, list[str]] = field(default_factory=dict)  # cohort -> projects that lend each other unused quota
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    cluster_quotas: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # cluster -> project -> vendor
+    used_in: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (project, cluster, vendor) -> cards
 
     def cohort(self, project: str) -> tuple[str, list[str]]:
         """The project's cohort and its members (("", []) when it has none)."""
@@ -157,25 +176,40 @@ class Inventory:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Inventory:
-        flavors = {}
-        for f in doc.get("flavors", []):
-            nodes = [_node(n["name"], int(n.get("cards", 0)), n) for n in f.get("nodes", [])]
-            for i in range(int(f.get("count", 0))):  # shorthand: count nodes of cardsPerNode cards
-                nodes.append(_node(f"{f['name']}-{i}", int(f.get("cardsPerNode", 8)), f))
-            vendor = accelerators.ALIASES.get(str(f.get("vendor", "nvidia")).lower())
-            if vendor is None:
-                raise InvalidInput(f"flavor {f.get('name')}: unknown vendor {f.get('vendor')!r}", field="vendor")
-            flavors[f["name"]] = Flavor(f["name"], vendor, str(f.get("model", "")), float(f.get("memoryGiB", 0)),
-                                        dict(f.get("nodeLabels", {})), list(f.get("taints", [])),
-                                        str(f.get("sharing", "hami")), f.get("rdma"), nodes, bool(f.get("nvlink", False)),
-                                        float(f.get("networkGbps", 0)))
+        """Flavors at the top level run on the platform's own backend; ``clusters`` add flavors elsewhere, named
+        ``<cluster>/<flavor>``, each cluster with its backend, credentials and, optionally, its own quotas."""
+        flavors = {f["name"]: _flavor(f, "") for f in doc.get("flavors", [])}
+        clusters, cluster_quotas = {}, {}
+        for c in doc.get("clusters", []):
+            name = str(c["name"])
+            if c.get("backend", "kubernetes") not in ("kubernetes", "local"):
+                raise InvalidInput(f"cluster {name}: backend must be kubernetes or local", field="clusters.backend")
+            clusters[name] = Cluster(name, str(c.get("backend", "kubernetes")), str(c.get("kubeconfig", "")),
+                                     str(c.get("context", "")), str(c.get("namespacePrefix", "cascade-")))
+            for f in c.get("flavors", []):
+                flavor = _flavor({**f, "name": f"{name}/{f['name']}"}, name)
+                flavors[flavor.name] = flavor
+            cluster_quotas[name] = {p: dict(v) for p, v in (c.get("quotas") or {}).items()}
         queues = {q["name"]: list(q["flavors"]) for q in doc.get("queues", [])} or {"default": list(flavors)}
         return cls(flavors, queues, {p: dict(v) for p, v in doc.get("quotas", {}).items()},
-                   cohorts={str(k): [str(p) for p in v] for k, v in (doc.get("cohorts") or {}).items()})
+                   cohorts={str(k): [str(p) for p in v] for k, v in (doc.get("cohorts") or {}).items()},
+                   clusters=clusters, cluster_quotas=cluster_quotas)
 
     @classmethod
     def load(cls, path: Path) -> Inventory:
         return cls.from_dict(yaml.safe_load(path.read_text()) or {})
+
+
+def _flavor(f: dict[str, Any], cluster: str) -> Flavor:
+    nodes = [_node(n["name"], int(n.get("cards", 0)), n) for n in f.get("nodes", [])]
+    for i in range(int(f.get("count", 0))):  # shorthand: count nodes of cardsPerNode cards
+        nodes.append(_node(f"{f['name'].rsplit('/', 1)[-1]}-{i}", int(f.get("cardsPerNode", 8)), f))
+    vendor = accelerators.ALIASES.get(str(f.get("vendor", "nvidia")).lower())
+    if vendor is None:
+        raise InvalidInput(f"flavor {f.get('name')}: unknown vendor {f.get('vendor')!r}", field="vendor")
+    return Flavor(f["name"], vendor, str(f.get("model", "")), float(f.get("memoryGiB", 0)),
+                  dict(f.get("nodeLabels", {})), list(f.get("taints", [])), str(f.get("sharing", "hami")), f.get("rdma"),
+                  nodes, bool(f.get("nvlink", False)), float(f.get("networkGbps", 0)), cluster)
 
 
 def _node(name: str, cards: int, doc: dict[str, Any]) -> Node:

@@ -88,9 +88,11 @@ def reason(resource: dict[str, Any]) -> str:
 class KubernetesBackend:
     name = "kubernetes"
 
-    def __init__(self, api: k8s.ApiClient, store: StateStore, namespace_prefix: str = "", platform_token: str = "") -> None:
+    def __init__(self, api: k8s.ApiClient, store: StateStore, namespace_prefix: str = "", platform_token: str = "",
+                 cluster: str = "") -> None:
         self.api, self.store, self.prefix = api, store, namespace_prefix
         self.platform_token = platform_token  # derives each trial's report credential
+        self.cluster = cluster  # the inventory's cluster this client reaches ("": the platform's own)
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
 
@@ -119,7 +121,7 @@ class KubernetesBackend:
                 raise NotFound(f"{resource['kind']} {meta['namespace']}/{meta['name']} vanished right after it was applied")
             self._report_secret(job, owner)
         records.update(self.store, job.id, "launching", backend=self.name, placement=job.placement.to_dict(),
-                       project=job.project, spec=job.spec, extensions=dict(extensions),
+                       project=job.project, spec=job.spec, extensions=dict(extensions), cluster=self.cluster,
                        resource={"apiVersion": resource["apiVersion"], "kind": resource["kind"],
                                  "namespace": resource["metadata"]["namespace"], "name": resource["metadata"]["name"]})
 
@@ -164,7 +166,9 @@ class KubernetesBackend:
         if record.get("status") == "cancelled":
             return "cancelled"
         obj = self._get(self._resource(job_id))
-        return "failed" if obj is None else phase(obj)
+        if obj is None:
+            return "cancelled" if record.get("cancelRequested") else "failed"
+        return phase(obj)
 
     def cancel(self, job_id: str, reason: str = "cancelled on request") -> None:
         status = (self.store.get_record("job", job_id) or {}).get("status")
@@ -181,7 +185,9 @@ class KubernetesBackend:
         except k8s.ApiException as exc:
             if exc.status != 404:
                 raise explain(f"delete {r['kind']} {r['namespace']}/{r['name']}", exc) from exc
-        records.update(self.store, job_id, "cancelled", reason=reason)
+        # The job watcher's next pass (the watch wakes it at once) publishes job.cancelled with this reason, and the
+        # scheduler gives the job's booking back on it.
+        records.update(self.store, job_id, str(status), cancelRequested=True, cancelReason=reason)
 
     def _pods(self, r: dict[str, str]) -> list[Any]:
         try:
@@ -221,13 +227,17 @@ class KubernetesBackend:
         for record in self.store.find_records("job", backend=self.name):
             if record.get("status") in (*records.FINAL, "queued") or "resource" not in record:
                 continue  # ended, or waiting for room again after a preemption deleted its resource
+            if record.get("cluster", "") != self.cluster:
+                continue  # another cluster's job: its own client follows it
             r = record["resource"]
             obj = self._get(r)
-            now = "failed" if obj is None else phase(obj)
+            now = ("cancelled" if record.get("cancelRequested") else "failed") if obj is None else phase(obj)
             if now == record.get("status") or now == "launching":
                 continue
             data: dict[str, Any]
-            if now == "succeeded":
+            if now == "cancelled":
+                data = {"reason": str(record.get("cancelReason") or "cancelled on request")}
+            elif now == "succeeded":
                 data = {"artifactUri": str(record.get("artifactUri") or f"k8s://{r['namespace']}/{r['name']}"),
                         "framework": str((record.get("spec") or {}).get("framework", ""))}
                 metrics = self.metrics(r)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from cascade.core.errors import InvalidInput
 
@@ -39,15 +40,15 @@ class AcceleratorRequest:
     mig: str | None = None  # MIG profile such as 1g.10gb
     raw: str = "0"
 
-    @property
+    @cached_property
     def none(self) -> bool:
         return self.count == 0
 
-    @property
+    @cached_property
     def share(self) -> bool:
         return 0 < self.count < 1
 
-    @property
+    @cached_property
     def cards(self) -> int:
         """Whole cards taken from a node (a share still sits on one card)."""
         return 0 if self.none else max(1, math.ceil(self.count - 1e-9))

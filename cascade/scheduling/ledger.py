@@ -18,13 +18,15 @@ their runs and keeps their output, where the checkpoints are).
 
 Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
 survive a restart and every launcher process sees the same ones: each decision holds a short
-lease (``scheduler:lock``) and a process rebuilds its view from the records only when another
-process changed them since (``scheduler:version``).
+lease (``scheduler:lease``), and a process rebuilds its view from the records only when another
+process decided since (the lease names the version of the last decision).
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
+import heapq
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -39,7 +41,7 @@ from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
 from cascade.stores import StateStore
 
-LOCK, VERSION, SEQ = "scheduler:lock", "scheduler:version", "scheduler:seq"
+LOCK = "scheduler:lease"  # b"held:<owner>" during a decision, b"free:<version>" between them
 
 
 def job_doc(job: Job) -> dict[str, Any]:
@@ -52,6 +54,12 @@ def job_from(doc: Mapping[str, Any]) -> Job:
     return Job(str(doc["id"]), parse(str(doc["request"])), int(doc["workers"]), str(doc["framework"]),
                str(doc["project"]), str(doc["queue"]), float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)),
                float(doc.get("memory_gib", 0)), bool(doc.get("rdma", False)))
+
+
+def shape(job: Job) -> tuple[Any, ...]:
+    """What decides whether a job fits: two waiting jobs of one shape fit, or not, alike."""
+    return (job.request.raw, job.workers, job.framework, job.project, job.queue, job.min_memory_gib, job.cpu,
+            job.memory_gib, job.rdma)
 
 
 @dataclass(frozen=True)
@@ -84,36 +92,53 @@ class Ledger:
         self.booked: dict[str, Placement] = {}
         self.tickets: dict[str, Waiting] = {}  # per booking: its priority, submission order and payload
         self.waiting: dict[str, Waiting] = {}
+        self.shapes: dict[tuple[Any, ...], list[tuple[int, int, str]]] = {}  # shape -> (-priority, seq, job id), sorted
         self.evicted: list[str] = []
-        self._version: bytes | None = None
+        self._vendors: dict[tuple[Any, ...], str] = {}  # a shape's vendor, parsed once
+        self._version: bytes | None = None  # the lease's version this process's view matches
         self._changed = False
+        self._last_seq = 0
 
     # -- the lease and the shared view -----------------------------------------------------------------
     @contextmanager
     def _decision(self) -> Iterator[None]:
-        owner = uuid.uuid4().hex.encode()
+        """Hold the lease for one decision. The lease key says ``free:<version>`` between decisions, so taking it
+        from the version this process last wrote proves nobody changed anything since (no reads needed); any other
+        version means rebuilding the view from the records first. Giving it back names the new version."""
+        owner = b"held:" + uuid.uuid4().hex.encode()
+        mine = b"free:" + self._version if self._version else None
         deadline, pause = time.monotonic() + 2 * self.lease, 0.002
-        while not self.store.cas(LOCK, None, owner, ttl=self.lease):
+        while True:
+            if mine is not None and self.store.cas(LOCK, mine, owner, ttl=self.lease):
+                fresh = True
+                break
+            current = self.store.get(LOCK)
+            if current is None or current.startswith(b"free:"):
+                if self.store.cas(LOCK, current, owner, ttl=self.lease):
+                    fresh = current is not None and current == mine
+                    break
+            elif time.monotonic() <= deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
             if time.monotonic() > deadline:
                 raise RetryableError("the scheduler's lease is held by another launcher; try again")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        done = False
         try:
-            self._sync()
+            if not fresh:
+                self._rebuild()
             self._changed = False
             yield
-            if self._changed:
-                self._version = uuid.uuid4().hex.encode()
-                self.store.put(VERSION, self._version)
+            done = True
         finally:
-            self.store.cas(LOCK, owner, None)
+            if not done or self._changed or self._version is None:  # after a failure everyone (this one too) rebuilds
+                self._version = uuid.uuid4().hex.encode() if done else None
+            self.store.cas(LOCK, owner, b"free:" + (self._version or uuid.uuid4().hex.encode()))
 
-    def _sync(self) -> None:
-        version = self.store.get(VERSION)
-        if version is not None and version == self._version:
-            return
+    def _rebuild(self) -> None:
+        """This process's view from the shared records (another process decided since this one last did)."""
         self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
-        self.booked, self.tickets, self.waiting = {}, {}, {}
+        self.booked, self.tickets, self.waiting, self.shapes = {}, {}, {}, {}
         for rec in self.store.find_records("booking"):
             placement = self._placement(rec)
             if placement is not None:
@@ -123,9 +148,8 @@ class Ledger:
                                                          int(rec.get("seq", 0)), {}, float(rec.get("booked", 0)),
                                                          dict(rec.get("payload") or {}))
         for rec in self.store.find_records("waiting"):
-            self.waiting[str(rec["id"])] = Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]),
-                                                   dict(rec["reasons"]), float(rec["since"]), dict(rec["payload"]))
-        self._version = version
+            self._queue(Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]), dict(rec["reasons"]),
+                                float(rec["since"]), dict(rec["payload"])))
 
     def _placement(self, rec: Mapping[str, Any]) -> Placement | None:
         flavor = self.matcher.inventory.flavors.get(str(rec["flavor"]))
@@ -158,8 +182,26 @@ class Ledger:
             self._changed = True
         return placement
 
-    def _wait(self, waiting: Waiting) -> None:
+    def _queue(self, waiting: Waiting) -> None:
+        """Into the in-memory queue: per shape, its jobs in admission order, so a pass tries each shape's head
+        and never sorts or walks the whole queue."""
         self.waiting[waiting.job.id] = waiting
+        bisect.insort(self.shapes.setdefault(shape(waiting.job), []), (-waiting.priority, waiting.seq, waiting.job.id))
+
+    def _dequeue(self, job_id: str) -> Waiting | None:
+        waiting = self.waiting.pop(job_id, None)
+        if waiting is not None:
+            kind, key = shape(waiting.job), (-waiting.priority, waiting.seq, job_id)
+            line = self.shapes[kind]
+            i = bisect.bisect_left(line, key)
+            if i < len(line) and line[i] == key:
+                del line[i]
+            if not line:
+                del self.shapes[kind]
+        return waiting
+
+    def _wait(self, waiting: Waiting) -> None:
+        self._queue(waiting)
         self.store.put_record("waiting", waiting.job.id, {
             "id": waiting.job.id, "project": waiting.job.project, "job": job_doc(waiting.job),
             "priority": waiting.priority, "seq": waiting.seq, "reasons": waiting.reasons, "since": waiting.since,
@@ -167,27 +209,35 @@ class Ledger:
         self._changed = True
 
     def _unwait(self, job_id: str) -> None:
-        if self.waiting.pop(job_id, None) is not None:
+        if self._dequeue(job_id) is not None:
             self.store.delete_record("waiting", job_id)
             self._changed = True
 
     def _seq(self) -> int:
-        seq = int(self.store.get(SEQ) or b"0") + 1
-        self.store.put(SEQ, str(seq).encode())
-        return seq
+        """Submission order: microseconds, strictly increasing within this process (decisions are serialised by
+        the lease, so across processes too, as far as their clocks agree)."""
+        self._last_seq = max(self._last_seq + 1, time.time_ns() // 1000)
+        return self._last_seq
+
+    def _may_reclaim(self, job: Job) -> bool:
+        """Whether the job's project is in a cohort and the job stays within the project's own quota."""
+        inv = self.matcher.inventory
+        vendor = self.matcher.vendor_of(job)
+        quota = inv.quotas.get(job.project, {}).get(vendor)
+        need = job.workers * (job.request.count if job.request.share else job.request.cards)
+        return bool(inv.cohort(job.project)[0]) and quota is not None and \
+            inv.used.get((job.project, vendor), 0.0) + need <= quota + 1e-9
 
     def _reclaim(self, job: Job) -> Placement | None:
         """Place ``job`` by preempting work its cohort borrowed, if the job stays within its project's own quota.
 
         Victims are other projects' bookings while their project uses more than its nominal quota, newest
         first; each goes back to its queue (same priority and order) and is named in ``evictions``."""
+        if not self._may_reclaim(job):
+            return None
         inv = self.matcher.inventory
         vendor = self.matcher.vendor_of(job)
-        quota = inv.quotas.get(job.project, {}).get(vendor)
         cohort, members = inv.cohort(job.project)
-        need = job.workers * (job.request.count if job.request.share else job.request.cards)
-        if not cohort or quota is None or inv.used.get((job.project, vendor), 0.0) + need > quota + 1e-9:
-            return None
         candidates = sorted((p for p in self.booked.values() if p.job.project in members and p.job.project != job.project
                              and p.flavor.vendor == vendor), key=lambda p: -self.tickets[p.job.id].seq)
         taken: list[Placement] = []
@@ -248,41 +298,50 @@ class Ledger:
 
         ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited)."""
         with self._decision():
-            self._free(job_id)
+            freed = self._free(job_id)
             self._unwait(job_id)
-            return self._admit(wanted)
+            return self._admit(wanted, freed) if freed is not None else []
 
     def admit(self, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
         """Admit the waiting jobs that fit now (after an inventory change, or on a periodic pass)."""
         with self._decision():
             return self._admit(wanted)
 
-    def _admit(self, wanted: Callable[[Waiting], bool]) -> list[Admitted]:
+    def _admit(self, wanted: Callable[[Waiting], bool], freed: Placement | None = None) -> list[Admitted]:
+        """Admission order over the heads of each shape's line: the first head that fits is admitted and its line's
+        next job takes its place; a head that does not fit blocks its shape for this pass (the same shape would not
+        fit either). After a release only shapes that could use the freed cards are tried. ``wanted`` is asked
+        only of a job about to be admitted."""
         admitted: list[Admitted] = []
-        blocked: set[tuple[Any, ...]] = set()  # shapes that did not fit in this pass: the same shape will not either
-        for waiting in sorted(self.waiting.values(), key=lambda w: (-w.priority, w.seq)):
-            if waiting.job.id not in self.waiting:
-                continue  # requeued by a preemption in this pass
+        heads = [(line[0], kind) for kind, line in self.shapes.items() if freed is None or self._could_use(kind, freed)]
+        heapq.heapify(heads)
+        while heads:
+            (_, _, job_id), kind = heapq.heappop(heads)
+            waiting = self.waiting[job_id]
+            placement = self.matcher.fits(waiting.job)
+            if placement is None and not self._may_reclaim(waiting.job):
+                continue  # its shape is blocked for this pass
             if not wanted(waiting):
-                self._unwait(waiting.job.id)
-                continue
-            job = waiting.job
-            shape = (job.request.raw, job.workers, job.framework, job.project, job.queue, job.min_memory_gib, job.cpu,
-                     job.memory_gib, job.rdma)
-            if shape in blocked:
-                continue
-            try:
-                placement = self.matcher.place(job)
-            except NoFit:
-                reclaimed = self._reclaim(job)
-                if reclaimed is None:
-                    blocked.add(shape)
+                self._unwait(job_id)  # cancelled while it waited: nobody is preempted for it
+            else:
+                placement = placement or self._reclaim(waiting.job)
+                if placement is None:
                     continue
-                placement = reclaimed
-            self._unwait(job.id)
-            self._take(placement, waiting)
-            admitted.append(Admitted(placement, waiting))
+                self._unwait(job_id)
+                self._take(placement, waiting)
+                admitted.append(Admitted(placement, waiting))
+            if kind in self.shapes:
+                heapq.heappush(heads, (self.shapes[kind][0], kind))
         return admitted
+
+    def _could_use(self, kind: tuple[Any, ...], freed: Placement) -> bool:
+        """Whether a job of this shape could use what ``freed`` gave back (same vendor; or CPU work, which any node
+        may take)."""
+        vendor = self._vendors.get(kind)
+        if vendor is None:
+            request = parse(str(kind[0]))
+            vendor = self._vendors[kind] = "cpu" if request.none else (request.vendor or self.matcher.default_vendor)
+        return vendor == freed.flavor.vendor or vendor == "cpu" or bool(self.matcher.inventory.cohorts)
 
     def usage(self) -> dict[str, Any]:
         """Booked cards per flavor and per project and vendor, and the queue in admission order."""

@@ -171,6 +171,19 @@ class Matcher:
             slots.append((node, taken, amount))
         return slots
 
+    def fits(self, job: Job) -> Placement | None:
+        """``place`` without the reasons: None when nothing fits now (the scheduler's admission passes ask this
+        many times and need no explanation)."""
+        for name in self.inventory.queues.get(job.queue, ()):
+            flavor = self.inventory.flavors[name]
+            if self._reason(flavor, job) is None:
+                slots = self._fit(flavor, job)
+                if slots is not None:
+                    skipped = {n: self._reason(self.inventory.flavors[n], job) or "no room" for n in
+                               self.inventory.queues[job.queue][:self.inventory.queues[job.queue].index(name)]}
+                    return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), skipped)
+        return None
+
     def place(self, job: Job) -> Placement:
         reasons: dict[str, str] = {}
         order = self.inventory.queues.get(job.queue)

@@ -62,6 +62,7 @@ def test_trials_run_in_parallel_until_the_count_and_the_best_one_wins(tmp_path: 
     submitted = first[0].get_data()["spec"]
     assert submitted["hyperparameters"]["epochs"] == 3 and set(submitted["hyperparameters"]) == {"epochs", "lr", "hidden"}
     assert 1e-4 <= submitted["hyperparameters"]["lr"] <= 1e-1 and submitted["hyperparameters"]["hidden"] % 4 == 0
+    assert submitted["labels"] == {"experiment": "exp-1", "trial": "0"}, "the trial label, on records and resources"
     assert jobs(h.submit()) == ["exp-1-t0", "exp-1-t1"], "a redelivered submission starts nothing new"
     h.controller = h.restart()
     assert jobs(h.end("exp-1-t0", 0.5)) == ["exp-1-t2"]

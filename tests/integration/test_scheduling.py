@@ -88,7 +88,7 @@ def test_a_project_takes_its_quota_back_and_the_preempted_job_resumes_from_its_c
     projects.create_project("team")
     team = projects.create_token("team")
     go = {"borrower": tmp_path / "go-borrower", "owner": tmp_path / "go-owner"}
-    borrower = p.submit({"framework": "pytorch", "entrypoint": {"script": str(HELPERS / "resumable.py"),
+    borrower = p.submit({"framework": "pytorch", "entrypoint": {"script": str(HELPERS / "hold.py"),
                                                                 "args": [str(go["borrower"])]},
                          "resources": {"accelerator": "8(A100)"}, "timeoutSeconds": 200})
     eventually(lambda: "started fresh" in p.logs(borrower), 60, "the borrower running on all 8 cards")

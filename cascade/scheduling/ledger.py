@@ -27,8 +27,8 @@ from __future__ import annotations
 import bisect
 import copy
 import heapq
+import os
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -98,6 +98,7 @@ class Ledger:
         self._version: bytes | None = None  # the lease's version this process's view matches
         self._changed = False
         self._last_seq = 0
+        self._touched = False  # whether self.matcher has been booked on since it was copied
 
     # -- the lease and the shared view -----------------------------------------------------------------
     @contextmanager
@@ -105,7 +106,7 @@ class Ledger:
         """Hold the lease for one decision. The lease key says ``free:<version>`` between decisions, so taking it
         from the version this process last wrote proves nobody changed anything since (no reads needed); any other
         version means rebuilding the view from the records first. Giving it back names the new version."""
-        owner = b"held:" + uuid.uuid4().hex.encode()
+        owner = b"held:" + os.urandom(12).hex().encode()
         mine = b"free:" + self._version if self._version else None
         deadline, pause = time.monotonic() + 2 * self.lease, 0.002
         while True:
@@ -132,12 +133,14 @@ class Ledger:
             done = True
         finally:
             if not done or self._changed or self._version is None:  # after a failure everyone (this one too) rebuilds
-                self._version = uuid.uuid4().hex.encode() if done else None
-            self.store.cas(LOCK, owner, b"free:" + (self._version or uuid.uuid4().hex.encode()))
+                self._version = os.urandom(12).hex().encode() if done else None
+            self.store.cas(LOCK, owner, b"free:" + (self._version or os.urandom(12).hex().encode()))
 
     def _rebuild(self) -> None:
         """This process's view from the shared records (another process decided since this one last did)."""
-        self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
+        if self._touched:  # the first rebuild starts from the untouched copy made at start
+            self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
+        self._touched = True
         self.booked, self.tickets, self.waiting, self.shapes = {}, {}, {}, {}
         for rec in self.store.find_records("booking"):
             placement = self._placement(rec)

@@ -305,6 +305,16 @@ class Ledger:
             self._unwait(job_id)
             return self._admit(wanted, freed) if freed is not None else []
 
+    def requeue(self, job_id: str, why: str) -> None:
+        """Give a booked job's booking back and put it at its old place in its queue (its launch failed for a
+        reason that passes: the next admission pass tries it again)."""
+        with self._decision():
+            ticket = self.tickets.get(job_id)
+            placement = self._free(job_id)
+            if placement is not None and ticket is not None:
+                self._wait(Waiting(placement.job, ticket.priority, ticket.seq, {"launch": why}, ticket.since,
+                                   ticket.payload))
+
     def admit(self, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
         """Admit the waiting jobs that fit now (after an inventory change, or on a periodic pass)."""
         with self._decision():

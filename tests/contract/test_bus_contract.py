@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus import EventBus, Record
 from cascade.events.envelope import new_event
 from tests.conftest import BUS_OPTIONS, bus_url, drain, make_bus, wait_assigned
+from tests.helpers.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,25 +74,19 @@ class TestBusContract:
         for t in threads:
             t.start()
         try:
-            deadline = time.monotonic() + 30
-
             def split() -> bool:  # both own some, together all, none twice (a snapshot taken mid-rebalance may not)
                 a, b = first.assignment(), second.assignment()
                 return bool(a and b) and len(a | b) == 4 and not a & b
 
-            while not split():
-                assert time.monotonic() < deadline, (f"group never split the partitions between its members: "
-                                                     f"{first.assignment()} and {second.assignment()}")
-                time.sleep(0.1)
+            eventually(split, 30, "the group splitting its partitions between its members")
             sent = 0
             while not (received["first"] and received["second"]):  # a member dropped under load rejoins: send more
                 assert sent < 1000, f"one member got all {sent} events: {len(received['first'])} and " \
                                     f"{len(received['second'])}"
                 bus.publish_many(topic, [cancelled(f"job-{sent + i}", sent + i) for i in range(200)])
                 sent += 200
-                while len(received["first"]) + len(received["second"]) < sent:
-                    assert time.monotonic() < deadline + 60, "events went missing"
-                    time.sleep(0.05)
+                eventually(lambda: len(received["first"]) + len(received["second"]) >= sent, 60,
+                           f"all {sent} events delivered (none missing)")
         finally:
             stop.set()
             for t in threads:

@@ -94,7 +94,6 @@ class Ledger:
         self.waiting: dict[str, Waiting] = {}
         self.shapes: dict[tuple[Any, ...], list[tuple[int, int, str]]] = {}  # shape -> (-priority, seq, job id), sorted
         self.evicted: list[str] = []
-        self._vendors: dict[tuple[Any, ...], str] = {}  # a shape's vendor, parsed once
         self._version: bytes | None = None  # the lease's version this process's view matches
         self._changed = False
         self._last_seq = 0
@@ -326,7 +325,8 @@ class Ledger:
         fit either). After a release only shapes that could use the freed cards are tried. ``wanted`` is asked
         only of a job about to be admitted."""
         admitted: list[Admitted] = []
-        heads = [(line[0], kind) for kind, line in self.shapes.items() if freed is None or self._could_use(kind, freed)]
+        heads = [(line[0], kind) for kind, line in self.shapes.items()
+                 if freed is None or self._could_use(self.waiting[line[0][2]].job, freed)]
         heapq.heapify(heads)
         while heads:
             (_, _, job_id), kind = heapq.heappop(heads)
@@ -347,13 +347,10 @@ class Ledger:
                 heapq.heappush(heads, (self.shapes[kind][0], kind))
         return admitted
 
-    def _could_use(self, kind: tuple[Any, ...], freed: Placement) -> bool:
-        """Whether a job of this shape could use what ``freed`` gave back (same vendor; or CPU work, which any node
-        may take)."""
-        vendor = self._vendors.get(kind)
-        if vendor is None:
-            request = parse(str(kind[0]))
-            vendor = self._vendors[kind] = "cpu" if request.none else (request.vendor or self.matcher.default_vendor)
+    def _could_use(self, job: Job, freed: Placement) -> bool:
+        """Whether a job (of its shape) could use what ``freed`` gave back (same vendor; or CPU work, which any node
+        may take; or any job of a cohort, whose quota the release may have freed)."""
+        vendor = self.matcher.vendor_of(job)
         return vendor == freed.flavor.vendor or vendor == "cpu" or bool(self.matcher.inventory.cohorts)
 
     def usage(self) -> dict[str, Any]:

@@ -33,6 +33,15 @@ class StateStore(Protocol):
         """Seconds until ``key`` expires; None if it has no TTL or does not exist."""
         ...
 
+    def add_many(self, keys: Sequence[str], value: bytes, *, ttl: float | None = None) -> list[bytes | None]:
+        """Set every key of ``keys`` that is absent to ``value``, in one round trip; per key, None where this call
+        set it, else the value it already had. Each key is set atomically (not all of them as one)."""
+        ...
+
+    def put_many(self, items: Mapping[str, bytes], *, ttl: float | None = None) -> None:
+        """Set several keys in one round trip (each with ``ttl``)."""
+        ...
+
     def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
         """Store a JSON record; fields named in ``index`` become queryable with find_records."""
         ...

@@ -29,6 +29,17 @@ else redis.call('SET', KEYS[1], ARGV[4]) end
 return 1
 """
 
+_ADD = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ok
+  if tonumber(ARGV[2]) > 0 then ok = redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2])
+  else ok = redis.call('SET', key, ARGV[1], 'NX') end
+  if ok then out[i] = false else out[i] = redis.call('GET', key) end
+end
+return out
+"""
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
@@ -42,6 +53,7 @@ class RedisStore:
         self.ns = namespace
         self._r = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=3)
         self._cas = self._r.register_script(_CAS)
+        self._add = self._r.register_script(_ADD)
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:
@@ -66,6 +78,20 @@ class RedisStore:
         px = 0 if ttl is None else max(1, int(ttl * 1000))
         args = ["0" if expected is None else "1", expected or b"", "0" if new is None else "1", new or b"", px]
         return bool(self._call(lambda: self._cas(keys=[self._k(key)], args=args)))
+
+    def add_many(self, keys: Sequence[str], value: bytes, *, ttl: float | None = None) -> list[bytes | None]:
+        if not keys:
+            return []
+        px = 0 if ttl is None else max(1, int(ttl * 1000))
+        found = self._call(lambda: self._add(keys=[self._k(k) for k in keys], args=[value, px]))
+        return [None if v is None else bytes(v) for v in found]
+
+    def put_many(self, items: Mapping[str, bytes], *, ttl: float | None = None) -> None:
+        px = None if ttl is None else max(1, int(ttl * 1000))
+        pipe = self._r.pipeline(transaction=False)
+        for key, value in items.items():
+            pipe.set(self._k(key), value, px=px)
+        self._call(pipe.execute)
 
     def ttl(self, key: str) -> float | None:
         ms = int(self._call(lambda: self._r.pttl(self._k(key))))

@@ -99,6 +99,22 @@ class SqliteStore:
                 c.execute("INSERT OR REPLACE INTO kv VALUES(?,?,?)", (key, new, self._expires(ttl)))
             return True
 
+    def add_many(self, keys: Sequence[str], value: bytes, *, ttl: float | None = None) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        with self._tx() as c:
+            now, expires = time.time(), self._expires(ttl)
+            for key in keys:
+                row = c.execute(f"SELECT value FROM kv WHERE key=? AND {_LIVE}", (key, now)).fetchone()
+                if row is None:
+                    c.execute("INSERT OR REPLACE INTO kv VALUES(?,?,?)", (key, value, expires))
+                out.append(None if row is None else bytes(row[0]))
+        return out
+
+    def put_many(self, items: Mapping[str, bytes], *, ttl: float | None = None) -> None:
+        with self._tx() as c:
+            expires = self._expires(ttl)
+            c.executemany("INSERT OR REPLACE INTO kv VALUES(?,?,?)", [(k, v, expires) for k, v in items.items()])
+
     def ttl(self, key: str) -> float | None:
         rows = self._read(f"SELECT expires FROM kv WHERE key=? AND {_LIVE}", (key, time.time()))
         if not rows or rows[0][0] is None:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from cloudevents.http import CloudEvent
+
 from cascade.core.errors import InvalidInput, RetryableError
 from cascade.events.bus import Consumer, EventBus, Record, TopicPartition
 from cascade.events.dispatcher.deadletters import dead_letter
@@ -91,21 +93,58 @@ class TriggerWorker:
                     log.warning("trigger %s: poll failed (%s); retrying", self.trigger.name, exc)
                     self.stop_event.wait(1.0)
                     continue
-                for record in records:
-                    while not self._slots.acquire(timeout=0.2):
-                        if self.stop_event.is_set():
+                if self.trigger.ordering == "ordered":
+                    for record in records:
+                        if not self._slot():
                             return
-                    self.stats.add(in_flight=1)
-                    if self.trigger.ordering == "ordered":
                         self._enqueue(record)
-                    else:
-                        self._pool.submit(self._handle_and_ack, record)
+                    continue
+                while records:  # unordered: claim as many as there are free slots in one round trip
+                    if not self._slot():
+                        return
+                    chunk = [records.pop(0)]
+                    while records and self._slots.acquire(blocking=False):
+                        self.stats.add(in_flight=1)
+                        chunk.append(records.pop(0))
+                    for record, claimed in zip(chunk, self._claim(chunk)):
+                        self._pool.submit(self._handle_and_ack, record, claimed)
         except Exception:
             log.exception("trigger %s: consumer loop failed", self.trigger.name)
             raise
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
             consumer.close()
+
+    def _slot(self) -> bool:
+        """Wait for room for one more record in flight; False when stopping."""
+        while not self._slots.acquire(timeout=0.2):
+            if self.stop_event.is_set():
+                return False
+        self.stats.add(in_flight=1)
+        return True
+
+    def _claim(self, records: list[Record]) -> list[tuple[CloudEvent, Claim] | None]:
+        """Decode and filter ``records`` and claim the events to deliver in one round trip; None where the
+        record's handler decides by itself (not an event, filtered out, a replay, the store away)."""
+        wanted: list[tuple[int, CloudEvent]] = []
+        for i, record in enumerate(records):
+            try:
+                event = record.event()
+                check_event(event)
+            except InvalidInput:
+                continue
+            if not event.get("cascadereplay") and self.trigger.matches(event.get_attributes(), event.get_data()):
+                wanted.append((i, event))
+        out: list[tuple[CloudEvent, Claim] | None] = [None] * len(records)
+        if not wanted:
+            return out
+        try:
+            claims = self.idem.claim_many([(str(e["source"]), str(e["id"])) for _, e in wanted])
+        except RetryableError:
+            return out  # each handler tries again by itself
+        for (i, event), claim in zip(wanted, claims):
+            out[i] = (event, claim)
+        return out
 
     def _enqueue(self, record: Record) -> None:
         with self._lock:
@@ -126,12 +165,13 @@ class TriggerWorker:
             self._handle_and_ack(record)
 
     # -- one record --------------------------------------------------------------------
-    def _handle_and_ack(self, record: Record) -> None:
+    def _handle_and_ack(self, record: Record, claimed: tuple[CloudEvent, Claim] | None = None) -> None:
         held: set[tuple[str, str]] = set()  # claims this record's own attempts took and still hold
         try:
             while not self.stop_event.is_set():
                 try:
-                    if self.handle(record, held):
+                    first, claimed = claimed, None  # a batch claim holds for the first attempt only
+                    if self.handle(record, held, first):
                         assert self._consumer is not None
                         self._consumer.ack(record)
                     return
@@ -144,19 +184,24 @@ class TriggerWorker:
             self.stats.add(in_flight=-1)
             self._slots.release()
 
-    def handle(self, record: Record, held: set[tuple[str, str]] | None = None) -> bool:
+    def handle(self, record: Record, held: set[tuple[str, str]] | None = None,
+               claimed: tuple[CloudEvent, Claim] | None = None) -> bool:
         """Handle one record; True when it may be acknowledged. ``held``: claims an earlier attempt
-        at this same record took and could not give back (the store was down)."""
+        at this same record took and could not give back (the store was down). ``claimed``: the record's
+        event and its claim, taken with its batch."""
         held = set() if held is None else held
-        try:
-            event = record.event()
-            check_event(event)
-        except InvalidInput as exc:
-            self._dead_letter(record, None, f"{type(exc).__name__}: {exc}", 0)
-            return True
-        if not self.trigger.matches(event.get_attributes(), event.get_data()):
-            self.stats.add(filtered=1)
-            return True
+        if claimed is not None:
+            event = claimed[0]
+        else:
+            try:
+                event = record.event()
+                check_event(event)
+            except InvalidInput as exc:
+                self._dead_letter(record, None, f"{type(exc).__name__}: {exc}", 0)
+                return True
+            if not self.trigger.matches(event.get_attributes(), event.get_data()):
+                self.stats.add(filtered=1)
+                return True
         source, ident = str(event["source"]), str(event["id"])
         if event.get("cascadereplay"):
             ident += f"#replay{event['cascadereplay']}"
@@ -166,7 +211,9 @@ class TriggerWorker:
             if (source, ident) not in held:  # not this record's own retry: a second copy of the event
                 self.stats.add(duplicates=1)
             return True
-        if (source, ident) in held and self.idem.held(source, ident):
+        if claimed is not None:
+            claim = claimed[1]
+        elif (source, ident) in held and self.idem.held(source, ident):
             claim = Claim.ACQUIRED  # our own earlier attempt at this record still holds it
         else:
             claim = self.idem.claim(source, ident)

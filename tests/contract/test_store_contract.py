@@ -120,6 +120,33 @@ class TestStoreContract:
         idem.release("/src", "e2")
         assert other.claim("/src", "e2") is Claim.ACQUIRED, "a released claim can be taken again"
 
+    def test_add_many_sets_only_absent_keys_and_says_what_was_there(self, store: StateStore) -> None:
+        store.put("a", b"old")
+        assert store.add_many(["a", "b", "c"], b"mine", ttl=0.3) == [b"old", None, None]
+        assert twin(store).add_many(["b", "d"], b"theirs") == [b"mine", None], "one connection's add is another's"
+        assert store.get("a") == b"old" and store.get("b") == b"mine"
+        eventually(lambda: store.get("b") is None, 5, "keys added with a ttl expiring")
+        assert store.get("a") == b"old" and store.get("d") == b"theirs", "no ttl: kept"
+        assert store.add_many([], b"x") == []
+        store.put_many({"p": b"1", "q": b"2"}, ttl=0.3)
+        assert (store.get("p"), store.get("q")) == (b"1", b"2")
+        eventually(lambda: store.get("p") is None and store.get("q") is None, 5, "put_many's ttl")
+
+    def test_batch_claims_and_group_completions(self, store: StateStore) -> None:
+        idem = Idempotency(store, "batch")
+        other = Idempotency(twin(store), "batch")
+        other.complete("/s", "done")
+        assert other.claim("/s", "theirs") is Claim.ACQUIRED
+        claims = idem.claim_many([("/s", "new"), ("/s", "done"), ("/s", "theirs"), ("/s", "new")])
+        assert claims == [Claim.ACQUIRED, Claim.DONE, Claim.BUSY, Claim.BUSY], "a second copy waits for the first"
+        ids = [f"e{i}" for i in range(200)]
+        threads = [threading.Thread(target=idem.complete, args=("/s", i)) for i in ids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert other.claim_many([("/s", i) for i in ids]) == [Claim.DONE] * len(ids), "every completion stored"
+
     def test_claims_of_a_dead_owner_are_taken_over_at_once(self, store: StateStore) -> None:
         dead = Liveness(store, ttl=0.3)
         alive = Liveness(twin(store), ttl=30)

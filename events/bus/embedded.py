@@ -25,6 +25,7 @@ from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.base import BusBase, Consumer, Position, Start
 from cascade.events.bus.embedded_consumer import EmbeddedConsumer
 from cascade.events.bus.sqlite_log import SCHEMA, connect, encode_headers
+from cascade.events.bus.wakeup import Ringer
 
 
 class EmbeddedBus(BusBase):
@@ -51,6 +52,7 @@ class EmbeddedBus(BusBase):
         self._conn = connect(self.path, synchronous=synchronous)
         self._conn.executescript(SCHEMA)
         self._changed = threading.Condition()
+        self._ringer = Ringer(self.path)
         self._round_robin = 0
 
     def _tx(self) -> sqlite3.Connection:
@@ -113,12 +115,14 @@ class EmbeddedBus(BusBase):
                     (topic, part, heads[part], rec.key, encode_headers(rec.headers), rec.value, now),
                 )
                 positions.append(Position(topic, part, heads[part]))
+            members = [m for (m,) in conn.execute("SELECT DISTINCT member FROM members")]
+        self._ringer.ring(members)  # consumers in every process, at once
         with self._changed:
             self._changed.notify_all()
         return positions
 
     def wait_for_change(self, timeout: float) -> None:
-        """Sleep until a publish in this process, or ``timeout`` (other processes are polled)."""
+        """Sleep until a publish in this process, or ``timeout`` (for consumers without a doorbell)."""
         with self._changed:
             self._changed.wait(timeout)
 
@@ -160,5 +164,6 @@ class EmbeddedBus(BusBase):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+        self._ringer.close()
 
 

@@ -1,8 +1,10 @@
 """A consumer-group member of the embedded bus: leases, fetching and fenced commits.
 
 See ``cascade.events.bus.embedded`` for the model. Each consumer has its own SQLite connection;
-``PRAGMA data_version`` tells cheaply whether another connection wrote since the last look,
-so idle polling costs almost nothing and a new record is seen within ``poll_interval``.
+``PRAGMA data_version`` tells cheaply whether another connection wrote since the last look.
+A publisher in any process rings the consumer's doorbell (``cascade.events.bus.wakeup``) after
+each commit, so a new record is fetched at once; the consumer still looks every ``RECHECK``
+seconds, and without a doorbell (not Linux) it polls every ``poll_interval``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import TYPE_CHECKING
 from cascade.events.bus.base import Record, Start, TopicPartition
 from cascade.events.bus.offsets import AckTracker
 from cascade.events.bus.sqlite_log import connect, decode_headers
+from cascade.events.bus.wakeup import SUPPORTED, Doorbell
 
 if TYPE_CHECKING:
     from cascade.events.bus.embedded import EmbeddedBus
+
+RECHECK = 0.1  # seconds between looks when the doorbell is silent (it rings on every commit)
 
 
 class EmbeddedConsumer:
@@ -33,6 +38,12 @@ class EmbeddedConsumer:
         self._data_version = -1
         self._last_records = time.monotonic()
         self._closed = False
+        self._doorbell: Doorbell | None = None
+        if SUPPORTED:
+            try:
+                self._doorbell = Doorbell(bus.path, self.member)  # before joining: a listed member can be rung
+            except OSError:
+                pass  # poll instead
         for topic in topics:
             bus.ensure_topic(topic)
         self._rebalance()
@@ -156,7 +167,10 @@ class EmbeddedConsumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            # Poll other processes' writes every poll_interval while busy; after a second of
+            if self._doorbell is not None:
+                self._doorbell.wait(min(RECHECK, remaining, self._rebalance_every))
+                continue
+            # No doorbell: poll other processes' writes every poll_interval while busy; after a second of
             # quiet, five times less often (writes from this process still wake us at once).
             idle = time.monotonic() - self._last_records > 1.0
             self.bus.wait_for_change(min(self.bus.poll_interval * (5 if idle else 1), remaining))
@@ -171,3 +185,5 @@ class EmbeddedConsumer:
         self._conn.execute("COMMIT")
         self._closed = True
         self._conn.close()
+        if self._doorbell is not None:
+            self._doorbell.close()

@@ -1,7 +1,8 @@
 """Gateway ingest benchmark: POST /events (single and batch of 100), validated and on Kafka.
 
 Baselines measured in the same run: a bare FastAPI endpoint on the same server stack
-(uvicorn, one worker) and the raw kafka-python producer. Needs Kafka up and Debian's ``wrk``.
+(uvicorn, one worker) and the raw kafka-python producer. Needs Kafka up and a load generator:
+Debian's ``wrk``, or ``hey`` (``scripts/tools.sh bench`` builds it).
 Run:  .venv/bin/python -m bench.gateway_bench
 """
 
@@ -11,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,14 +46,32 @@ def serve(module: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], in
     raise RuntimeError(f"{module} did not start")
 
 
+def hey_path() -> str | None:
+    tools = Path(os.environ.get("CASCADE_TOOLS_DIR", Path.home() / ".cache" / "cascade"))
+    found = shutil.which("hey") or str(tools / "hey" / "bin" / "hey")
+    return found if Path(found).exists() else None
+
+
 def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connections: int, tmp: Path) -> float:
-    """Requests per second that got 202."""
+    """Requests per second that got 202 (wrk, or hey where wrk is missing)."""
     (tmp / "body").write_bytes(body)
     lines = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items())
     (tmp / "post.lua").write_text(LUA.format(body=tmp / "body", headers=lines))
     check = httpx.post(f"http://127.0.0.1:{port}/events", headers=headers, content=body)
     if check.status_code != 202:
         raise RuntimeError(f"the endpoint answers {check.status_code}: {check.text}")
+    hey = None if shutil.which("wrk") else hey_path()
+    if hey is not None:
+        flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
+        out = subprocess.run([hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", str(tmp / "body"),
+                              "-T", headers.get("content-type", "application/json"), *flags,
+                              f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
+        codes = re.findall(r"\[(\d{3})\]\s+\d+ responses", out)
+        if set(codes) - {"202"}:
+            raise RuntimeError(f"some requests were not accepted:\n{out}")
+        match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+        assert match, out
+        return float(match.group(1))
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
                           f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out:
@@ -99,7 +119,8 @@ def main() -> None:
         ["gateway batch vs raw producer", float("nan"), results["gateway batch"] * 100,
          results["gateway batch"] * 100 / raw, ">= 0.5 of raw"],
     ]
-    print(table(f"Gateway ingest, {args.seconds}s per run, wrk with {args.connections} connections "
+    tool = "wrk" if shutil.which("wrk") else "hey"
+    print(table(f"Gateway ingest, {args.seconds}s per run, {tool} with {args.connections} connections "
                 "(validated, durable on Kafka)", ["endpoint", "requests/s", "events/s", "ratio", "target"], rows))
     print(json.dumps({k: round(v, 1) for k, v in results.items()} | {"raw producer events/s": round(raw)}))
 

@@ -8,12 +8,14 @@
 #   once), and Debian's etcd: the real control plane the cluster-form tests apply manifests to
 # Idempotent. A tool that cannot be installed is reported and the run goes on: its tests say why
 # they skip (and fail under CI, where the install is expected to work).
-# Usage: scripts/tools.sh [install|status]
+# `bench` builds hey, the HTTP load generator bench/gateway_bench.py uses where wrk is missing.
+# Usage: scripts/tools.sh [install|status|bench]
 set -uo pipefail
 tools="${CASCADE_TOOLS_DIR:-$HOME/.cache/cascade}"
 minio_version="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio, the build these tests were written against
 ls_version="1.23.2"
 kube_version="v1.34.4"
+hey_version="v0.1.4"
 ls_token="0123456789abcdef0123456789abcdef01234567"  # the template's admin token: a throwaway install on loopback
 
 install_minio() {
@@ -81,11 +83,20 @@ install_kube() {
   rm -rf "$src"
 }
 
+install_hey() {  # the benches' HTTP load generator where Debian's wrk is not installed
+  [ -x "$tools/hey/bin/hey" ] && return 0
+  command -v go >/dev/null || { echo "tools: Go is needed to build hey" >&2; return 1; }
+  echo "tools: building hey $hey_version from the Go module proxy into $tools/hey (once)"
+  GOBIN="$tools/hey/bin" GOFLAGS=-mod=mod go install "github.com/rakyll/hey@$hey_version" > /dev/null 2>&1 \
+    || { echo "tools: hey build failed" >&2; return 1; }
+}
+
 case "${1:-install}" in
   install) install_minio; install_label_studio; install_kube; exit 0 ;;
+  bench) install_hey; exit 0 ;;
   status)
     [ -x "$tools/minio/bin/minio" ] && echo "minio: $tools/minio/bin/minio" || echo "minio: not installed"
     [ -f "$tools/label-studio/template/.ready" ] && echo "label-studio: $tools/label-studio" || echo "label-studio: not installed"
     [ -x "$tools/kube/$kube_version/bin/kube-apiserver" ] && echo "kube: $tools/kube/$kube_version" || echo "kube: not installed" ;;
-  *) echo "usage: $0 [install|status]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|status|bench]" >&2; exit 2 ;;
 esac

@@ -17,9 +17,10 @@ its queue with its priority and submission order (``evictions`` names them, so t
 their runs and keeps their output, where the checkpoints are).
 
 Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
-survive a restart and every launcher process sees the same ones: each decision holds a short
-lease (``scheduler:lease``), and a process rebuilds its view from the records only when another
-process decided since (the lease names the version of the last decision).
+survive a restart and every launcher process sees the same ones. A decision runs on the
+process's own view and commits its writes in one conditional transaction over the version of the
+last decision (``scheduler:version``): one round trip when nobody else decided since; otherwise
+nothing is written, the view is rebuilt from the records and the decision taken again.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ import copy
 import heapq
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from cascade.core.errors import RetryableError
 from cascade.scheduling import frameworks
@@ -40,8 +40,10 @@ from cascade.scheduling.accelerators import parse
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
 from cascade.stores import StateStore
+from cascade.stores.base import RecordWrite
 
-LOCK = "scheduler:lease"  # b"held:<owner>" during a decision, b"free:<version>" between them
+VERSION = "scheduler:version"  # a random id per decision: each commits only over the version it started from
+T = TypeVar("T")
 
 
 def job_doc(job: Job) -> dict[str, Any]:
@@ -85,7 +87,8 @@ class Admitted:
 class Ledger:
     def __init__(self, store: StateStore, inventory: Inventory, *, naive: bool = False, lease_seconds: float = 15.0,
                  clock: Callable[[], float] = time.time) -> None:
-        self.store, self.naive, self.lease, self.clock = store, naive, lease_seconds, clock
+        self.store, self.naive, self.clock = store, naive, clock
+        self.lease = lease_seconds  # how long a decision may keep retrying against other launchers
         self.pristine = copy.deepcopy(inventory)
         self.capacity = Matcher(copy.deepcopy(inventory), naive=naive)  # never booked: what could ever fit
         self.matcher = Matcher(copy.deepcopy(inventory), naive=naive)
@@ -94,49 +97,55 @@ class Ledger:
         self.waiting: dict[str, Waiting] = {}
         self.shapes: dict[tuple[Any, ...], list[tuple[int, int, str]]] = {}  # shape -> (-priority, seq, job id), sorted
         self.evicted: list[str] = []
-        self._version: bytes | None = None  # the lease's version this process's view matches
-        self._changed = False
+        self._version: bytes | None = None  # the version this process's view matches (None: no decision yet)
+        self._fresh = False  # whether the view was built (a failed commit or decision makes it stale)
+        self._pending: dict[tuple[str, str], dict[str, Any] | None] = {}  # this decision's writes (None: delete)
         self._last_seq = 0
         self._touched = False  # whether self.matcher has been booked on since it was copied
 
-    # -- the lease and the shared view -----------------------------------------------------------------
-    @contextmanager
-    def _decision(self) -> Iterator[None]:
-        """Hold the lease for one decision. The lease key says ``free:<version>`` between decisions, so taking it
-        from the version this process last wrote proves nobody changed anything since (no reads needed); any other
-        version means rebuilding the view from the records first. Giving it back names the new version."""
-        owner = b"held:" + os.urandom(12).hex().encode()
-        mine = b"free:" + self._version if self._version else None
-        deadline, pause = time.monotonic() + 2 * self.lease, 0.002
+    # -- decisions and the shared view ----------------------------------------------------------------
+    def _decide(self, body: Callable[[], T]) -> T:
+        """Run one decision on this process's view and commit what it wrote in one conditional transaction
+        against the version of the last decision (``VERSION``): uncontended, that is the decision's only round
+        trip. If another process decided since, nothing is written: the view is rebuilt from the records and the
+        decision taken again. A decision that writes nothing checks the version before answering."""
+        deadline = time.monotonic() + 2 * self.lease
         while True:
-            if mine is not None and self.store.cas(LOCK, mine, owner, ttl=self.lease):
-                fresh = True
-                break
-            current = self.store.get(LOCK)
-            if current is None or current.startswith(b"free:"):
-                if self.store.cas(LOCK, current, owner, ttl=self.lease):
-                    fresh = current is not None and current == mine
-                    break
-            elif time.monotonic() <= deadline:
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-                continue
-            if time.monotonic() > deadline:
-                raise RetryableError("the scheduler's lease is held by another launcher; try again")
-        done = False
-        try:
-            if not fresh:
+            if not self._fresh:
                 self._rebuild()
-            self._changed = False
-            yield
-            done = True
-        finally:
-            if not done or self._changed or self._version is None:  # after a failure everyone (this one too) rebuilds
-                self._version = os.urandom(12).hex().encode() if done else None
-            self.store.cas(LOCK, owner, b"free:" + (self._version or os.urandom(12).hex().encode()))
+            self._pending, evicted = {}, len(self.evicted)
+            try:
+                result = body()
+                if self._pending:
+                    new = os.urandom(12).hex().encode()
+                    puts = [RecordWrite(kind, id, doc, ("project",)) for (kind, id), doc in self._pending.items()
+                            if doc is not None]
+                    deletes = [key for key, doc in self._pending.items() if doc is None]
+                    done = self.store.commit_records(VERSION, self._version, new, puts, deletes)
+                else:
+                    new, done = self._version or b"", self.store.get(VERSION) == self._version
+            except NoFit:
+                del self.evicted[evicted:]
+                raise  # refused before anything changed: the view stands
+            except BaseException:
+                self._fresh = False  # the view may hold half a decision: rebuild it next time
+                del self.evicted[evicted:]
+                raise
+            finally:
+                self._pending = {}
+            if done:
+                self._version = new if new else None
+                return result
+            self._fresh = False
+            del self.evicted[evicted:]
+            if time.monotonic() > deadline:
+                raise RetryableError("other launchers keep deciding before this one can; try again")
 
     def _rebuild(self) -> None:
-        """This process's view from the shared records (another process decided since this one last did)."""
+        """This process's view from the shared records (another process decided since this one last did). The
+        version is read first: records newer than it only make the next commit fail and rebuild again."""
+        self._version = self.store.get(VERSION)
+        self._fresh = True
         if self._touched:  # the first rebuild starts from the untouched copy made at start
             self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
         self._touched = True
@@ -168,20 +177,18 @@ class Ledger:
         self.matcher.allocate(placement)
         self.booked[placement.job.id] = placement
         self.tickets[placement.job.id] = ticket
-        self.store.put_record("booking", placement.job.id, {
+        self._pending["booking", placement.job.id] = {
             "id": placement.job.id, "project": placement.job.project, "job": job_doc(placement.job),
             "flavor": placement.flavor.name, "skipped": placement.skipped, "booked": self.clock(),
             "priority": ticket.priority, "seq": ticket.seq, "payload": ticket.payload,
-            "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}, index=("project",))
-        self._changed = True
+            "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}
 
     def _free(self, job_id: str) -> Placement | None:
         placement = self.booked.pop(job_id, None)
         self.tickets.pop(job_id, None)
         if placement is not None:
             self.matcher.release(placement)
-            self.store.delete_record("booking", job_id)
-            self._changed = True
+            self._pending["booking", job_id] = None
         return placement
 
     def _queue(self, waiting: Waiting) -> None:
@@ -204,16 +211,14 @@ class Ledger:
 
     def _wait(self, waiting: Waiting) -> None:
         self._queue(waiting)
-        self.store.put_record("waiting", waiting.job.id, {
+        self._pending["waiting", waiting.job.id] = {
             "id": waiting.job.id, "project": waiting.job.project, "job": job_doc(waiting.job),
             "priority": waiting.priority, "seq": waiting.seq, "reasons": waiting.reasons, "since": waiting.since,
-            "payload": waiting.payload}, index=("project",))
-        self._changed = True
+            "payload": waiting.payload}
 
     def _unwait(self, job_id: str) -> None:
         if self._dequeue(job_id) is not None:
-            self.store.delete_record("waiting", job_id)
-            self._changed = True
+            self._pending["waiting", job_id] = None
 
     def _seq(self) -> int:
         """Submission order: microseconds, strictly increasing within this process (decisions are serialised by
@@ -262,7 +267,7 @@ class Ledger:
         for victim in taken:
             ticket = self.tickets.pop(victim.job.id)
             self.booked.pop(victim.job.id)
-            self.store.delete_record("booking", victim.job.id)
+            self._pending["booking", victim.job.id] = None
             self._wait(Waiting(victim.job, ticket.priority, ticket.seq, why, self.clock(), ticket.payload))
             self.evicted.append(victim.job.id)
         return placement
@@ -271,7 +276,7 @@ class Ledger:
     def book(self, job: Job, *, priority: int = 0, payload: Mapping[str, Any] | None = None) -> Placement | Waiting:
         """The job's booking (placed now, perhaps by preempting borrowed work: see ``evictions``), or its place in
         the queue; NoFit if it could never fit."""
-        with self._decision():
+        def decide() -> Placement | Waiting:
             if job.id in self.booked:
                 return self.booked[job.id]  # a redelivered submission
             if job.id in self.waiting:
@@ -289,6 +294,7 @@ class Ledger:
                 placement = reclaimed
             self._take(placement, ticket)
             return placement
+        return self._decide(decide)
 
     def evictions(self) -> list[str]:
         """The jobs preempted since the last call (back in their queues): their runs must be stopped."""
@@ -299,25 +305,26 @@ class Ledger:
         """Give ``job_id``'s booking back (or drop it from its queue), then admit what now fits.
 
         ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited)."""
-        with self._decision():
+        def decide() -> list[Admitted]:
             freed = self._free(job_id)
             self._unwait(job_id)
             return self._admit(wanted, freed) if freed is not None else []
+        return self._decide(decide)
 
     def requeue(self, job_id: str, why: str) -> None:
         """Give a booked job's booking back and put it at its old place in its queue (its launch failed for a
         reason that passes: the next admission pass tries it again)."""
-        with self._decision():
+        def decide() -> None:
             ticket = self.tickets.get(job_id)
             placement = self._free(job_id)
             if placement is not None and ticket is not None:
                 self._wait(Waiting(placement.job, ticket.priority, ticket.seq, {"launch": why}, ticket.since,
                                    ticket.payload))
+        self._decide(decide)
 
     def admit(self, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
         """Admit the waiting jobs that fit now (after an inventory change, or on a periodic pass)."""
-        with self._decision():
-            return self._admit(wanted)
+        return self._decide(lambda: self._admit(wanted))
 
     def _admit(self, wanted: Callable[[Waiting], bool], freed: Placement | None = None) -> list[Admitted]:
         """Admission order over the heads of each shape's line: the first head that fits is admitted and its line's
@@ -355,7 +362,7 @@ class Ledger:
 
     def usage(self) -> dict[str, Any]:
         """Booked cards per flavor and per project and vendor, and the queue in admission order."""
-        with self._decision():
+        def read() -> dict[str, Any]:
             flavors = {name: {"cards": f.cards, "booked": round(sum(1 - x for n in f.nodes for x in n.free), 3)}
                        for name, f in self.matcher.inventory.flavors.items()}
             return {"flavors": flavors,
@@ -363,3 +370,4 @@ class Ledger:
                     "waiting": [{"jobId": w.job.id, "project": w.job.project, "priority": w.priority,
                                  "reasons": w.reasons} for w in sorted(self.waiting.values(),
                                                                        key=lambda w: (-w.priority, w.seq))]}
+        return self._decide(read)

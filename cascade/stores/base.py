@@ -9,7 +9,18 @@ model records (functions), API token hashes (gateway). Two implementations ship 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RecordWrite:
+    """One record for ``commit_records``: what ``put_record`` would store."""
+
+    kind: str
+    id: str
+    doc: Mapping[str, Any]
+    index: Sequence[str] = ()
 
 
 class StateStore(Protocol):
@@ -53,6 +64,13 @@ class StateStore(Protocol):
         ...
 
     def delete_record(self, kind: str, id: str) -> bool: ...
+
+    def commit_records(self, guard: str, expected: bytes | None, new: bytes, puts: Sequence[RecordWrite],
+                       deletes: Sequence[tuple[str, str]] = ()) -> bool:
+        """One atomic, conditional write: if key ``guard`` holds ``expected`` (None: absent), set it to ``new``,
+        store every record of ``puts`` and delete every ``(kind, id)`` of ``deletes``; else change nothing and
+        return False. For state that one decision changes in many records (optimistic concurrency)."""
+        ...
 
     def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import redis
 
 from cascade.core.errors import StoreUnavailable
-from cascade.stores.base import index_values
+from cascade.stores.base import RecordWrite, index_values
 
 T = TypeVar("T")
 
@@ -107,23 +107,62 @@ class RedisStore:
         return f"{self.ns}:all:{kind}"
 
     def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
-        key, fields_key = self._rec(kind, id), f"{self.ns}:recidx:{kind}:{id}"
+        fields_key = f"{self.ns}:recidx:{kind}:{id}"
 
         def update(pipe: Any) -> None:
             old = pipe.hgetall(fields_key)
             pipe.multi()
-            for f, v in old.items():
-                pipe.srem(self._idx(kind, _text(f), _text(v)), id)
-            pipe.delete(fields_key)
-            new = index_values(doc, index)
-            for f, v in new.items():
-                pipe.sadd(self._idx(kind, f, v), id)
-            if new:
-                pipe.hset(fields_key, mapping=new)
-            pipe.set(key, json.dumps(dict(doc), separators=(",", ":")))
-            pipe.sadd(self._all(kind), id)
+            self._unindex(pipe, kind, id, old)
+            self._write(pipe, kind, id, doc, index)
 
         self._call(lambda: self._r.transaction(update, fields_key))
+
+    def commit_records(self, guard: str, expected: bytes | None, new: bytes, puts: Sequence[RecordWrite],
+                       deletes: Sequence[tuple[str, str]] = ()) -> bool:
+        """WATCH the guard, read the old index entries of every record touched (one pipelined round trip), then
+        everything in one MULTI/EXEC; a guard changed meanwhile makes EXEC fail and nothing is written."""
+        touched = [*deletes, *((w.kind, w.id) for w in puts)]
+        fields = [f"{self.ns}:recidx:{kind}:{id}" for kind, id in touched]
+
+        def attempt() -> bool:
+            with self._r.pipeline() as pipe:
+                try:
+                    pipe.watch(self._k(guard))  # type: ignore[no-untyped-call]
+                    if pipe.get(self._k(guard)) != expected:
+                        pipe.unwatch()
+                        return False
+                    reads = self._r.pipeline(transaction=False)
+                    for key in fields:
+                        reads.hgetall(key)
+                    old = dict(zip(touched, reads.execute()))
+                    pipe.multi()
+                    pipe.set(self._k(guard), new)
+                    for kind, id in deletes:
+                        self._unindex(pipe, kind, id, old[(kind, id)])
+                        pipe.srem(self._all(kind), id)
+                        pipe.delete(self._rec(kind, id))
+                    for w in puts:
+                        self._unindex(pipe, w.kind, w.id, old[(w.kind, w.id)])
+                        self._write(pipe, w.kind, w.id, w.doc, w.index)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    return False
+        return self._call(attempt)
+
+    def _unindex(self, pipe: Any, kind: str, id: str, old: Mapping[Any, Any]) -> None:
+        for f, v in old.items():
+            pipe.srem(self._idx(kind, _text(f), _text(v)), id)
+        pipe.delete(f"{self.ns}:recidx:{kind}:{id}")
+
+    def _write(self, pipe: Any, kind: str, id: str, doc: Mapping[str, Any], index: Sequence[str]) -> None:
+        new = index_values(doc, index)
+        for f, v in new.items():
+            pipe.sadd(self._idx(kind, f, v), id)
+        if new:
+            pipe.hset(f"{self.ns}:recidx:{kind}:{id}", mapping=new)
+        pipe.set(self._rec(kind, id), json.dumps(dict(doc), separators=(",", ":")))
+        pipe.sadd(self._all(kind), id)
 
     def get_record(self, kind: str, id: str) -> dict[str, Any] | None:
         raw = self._call(lambda: self._r.get(self._rec(kind, id)))

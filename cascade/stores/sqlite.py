@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.core.errors import StoreUnavailable
-from cascade.stores.base import index_values
+from cascade.stores.base import RecordWrite, index_values
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL) WITHOUT ROWID;
@@ -121,13 +121,34 @@ class SqliteStore:
             return None
         return max(0.0, float(rows[0][0]) - time.time())
 
+    @staticmethod
+    def _put_record(c: sqlite3.Connection, kind: str, id: str, doc: Mapping[str, Any], index: Sequence[str]) -> None:
+        c.execute("INSERT OR REPLACE INTO records VALUES(?,?,?)", (kind, id, json.dumps(dict(doc), separators=(",", ":"))))
+        c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
+        c.executemany("INSERT INTO record_index VALUES(?,?,?,?)",
+                      [(kind, f, v, id) for f, v in index_values(doc, index).items()])
+
+    @staticmethod
+    def _delete_record(c: sqlite3.Connection, kind: str, id: str) -> bool:
+        c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
+        return c.execute("DELETE FROM records WHERE kind=? AND id=?", (kind, id)).rowcount > 0
+
     def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
-        text = json.dumps(dict(doc), separators=(",", ":"))
         with self._tx() as c:
-            c.execute("INSERT OR REPLACE INTO records VALUES(?,?,?)", (kind, id, text))
-            c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
-            c.executemany("INSERT INTO record_index VALUES(?,?,?,?)",
-                          [(kind, f, v, id) for f, v in index_values(doc, index).items()])
+            self._put_record(c, kind, id, doc, index)
+
+    def commit_records(self, guard: str, expected: bytes | None, new: bytes, puts: Sequence[RecordWrite],
+                       deletes: Sequence[tuple[str, str]] = ()) -> bool:
+        with self._tx() as c:
+            row = c.execute(f"SELECT value FROM kv WHERE key=? AND {_LIVE}", (guard, time.time())).fetchone()
+            if (None if row is None else bytes(row[0])) != expected:
+                return False
+            c.execute("INSERT OR REPLACE INTO kv VALUES(?,?,NULL)", (guard, new))
+            for kind, id in deletes:
+                self._delete_record(c, kind, id)
+            for w in puts:
+                self._put_record(c, w.kind, w.id, w.doc, w.index)
+            return True
 
     def get_record(self, kind: str, id: str) -> dict[str, Any] | None:
         rows = self._read("SELECT doc FROM records WHERE kind=? AND id=?", (kind, id))
@@ -143,8 +164,7 @@ class SqliteStore:
 
     def delete_record(self, kind: str, id: str) -> bool:
         with self._tx() as c:
-            c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
-            return c.execute("DELETE FROM records WHERE kind=? AND id=?", (kind, id)).rowcount > 0
+            return self._delete_record(c, kind, id)
 
     def ping(self) -> None:
         try:

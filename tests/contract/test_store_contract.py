@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from cascade.stores import StateStore
+from cascade.stores.base import RecordWrite
 from cascade.stores.idempotency import Claim, Idempotency, Liveness
 from cascade.stores.redis import RedisStore
 from cascade.stores.sqlite import SqliteStore
@@ -146,6 +147,23 @@ class TestStoreContract:
         for t in threads:
             t.join()
         assert other.claim_many([("/s", i) for i in ids]) == [Claim.DONE] * len(ids), "every completion stored"
+
+    def test_commit_records_writes_all_or_nothing_under_its_guard(self, store: StateStore) -> None:
+        store.put_record("job", "old", {"id": "old", "project": "a"}, index=("project",))
+        store.put_record("job", "moved", {"id": "moved", "project": "a"}, index=("project",))
+        puts = [RecordWrite("job", "new", {"id": "new", "project": "b"}, ("project",)),
+                RecordWrite("job", "moved", {"id": "moved", "project": "b"}, ("project",))]
+        assert store.commit_records("v", b"stale", b"v2", puts, [("job", "old")]) is False
+        assert store.get("v") is None and store.get_record("job", "new") is None, "a wrong guard writes nothing"
+        assert [r["id"] for r in store.find_records("job", project="a")] == ["moved", "old"]
+        assert store.commit_records("v", None, b"v1", puts, [("job", "old")]) is True
+        assert store.get("v") == b"v1"
+        assert store.get_record("job", "old") is None
+        assert [r["id"] for r in store.find_records("job", project="b")] == ["moved", "new"]
+        assert store.find_records("job", project="a") == [], "the moved record left its old index entry"
+        assert twin(store).commit_records("v", b"v1", b"v2", [], [("job", "new")]) is True
+        assert store.commit_records("v", b"v1", b"v3", puts) is False, "another writer moved the guard on"
+        assert [r["id"] for r in store.find_records("job")] == ["moved"]
 
     def test_claims_of_a_dead_owner_are_taken_over_at_once(self, store: StateStore) -> None:
         dead = Liveness(store, ttl=0.3)

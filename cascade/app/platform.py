@@ -1,7 +1,8 @@
 """The platform in one process tree: gateway, dispatcher, function runtime, sources, dashboard.
 
 ``cascade up`` builds it from settings. The gateway, the runtime's activator (functions and
-the inference gateway) and the dashboard are uvicorn servers in threads of their own; the
+the inference gateway) and the dashboard are uvicorn servers in threads of their own (the
+gateway also in worker processes on its socket: ``cascade.app.gateway_workers``); the
 dispatcher, the folder source and the labelling reconciler are threads; function instances are processes forked from
 per-function templates. Ctrl-C (or SIGTERM) stops the gateway and the folder source from
 accepting, lets requests in flight finish, stops the dispatcher (unacknowledged events are
@@ -13,12 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from cascade.app import wiring
 from cascade.app.dashboard import Dashboard
+from cascade.app.gateway_workers import Pokes, Workers, listen, share
 from cascade.core.asgi import ServerThread, wait_started
 from cascade.core.credentials import auth_header, platform_token
 from cascade.core.settings import Settings
@@ -70,6 +73,8 @@ class Platform:
     folder: FolderSource | None = None
     labelling: Reconciler | None = None
     dashboard: Dashboard | None = None
+    gateway_workers: Workers | None = None
+    pokes: Pokes | None = None
 
     @classmethod
     def build(cls, cfg: Settings) -> Platform:
@@ -84,8 +89,8 @@ class Platform:
         return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state),
                    platform_token=platform_token(cfg.home, create=True))
 
-    def _serve(self, app: Any, host: str, port: int, name: str) -> None:
-        self.servers.append(ServerThread(app, host, port, name=name,
+    def _serve(self, app: Any, host: str, port: int, name: str, sock: socket.socket | None = None) -> None:
+        self.servers.append(ServerThread(app, host, port, name=name, sock=sock,
                                          header_timeout=self.cfg.security.header_timeout_seconds).begin())
 
     def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True,
@@ -107,10 +112,16 @@ class Platform:
             self._serve(wiring.guarded(cfg, rt, cfg.functions.host), cfg.functions.host, cfg.functions.port, "runtime")
         if gateway:
             self.labelling = Reconciler(self.state, self.bus, cfg.bus.topic, interval=cfg.sources.reconcile_seconds)
-            app = create_app(self.bus, self.state, cfg.gateway, cfg.bus.topic, platform_token=self.platform_token,
+            processes = cfg.gateway.workers or os.cpu_count() or 1
+            shared = share(cfg, processes) if processes > 1 else cfg
+            sock = listen(cfg.gateway.host, cfg.gateway.port) if processes > 1 else None
+            app = create_app(self.bus, self.state, shared.gateway, cfg.bus.topic, platform_token=self.platform_token,
                              check_job=job_check(cfg, self.state), hosts=cfg.allowed_hosts(cfg.gateway.host),
                              poke=self.labelling.poke, public_url=cfg.sources.public_url)
-            self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway")
+            self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway", sock)
+            if sock is not None:
+                self.pokes = Pokes(self.labelling.poke)
+                self.gateway_workers = Workers(shared, sock, processes - 1, self.pokes).start()
             self.labelling.start()
             if cfg.sources.folder_enabled:
                 self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,
@@ -170,7 +181,14 @@ class Platform:
         """Stop taking events first, then deliveries (unacknowledged ones come back), then serving."""
         if self.folder is not None:
             self.folder.stop()
+        if self.gateway_workers is not None:
+            for server in self.servers:
+                if server.name == "gateway":
+                    server.request_stop()
+            self.gateway_workers.stop()
         self._halt(("gateway",))
+        if self.pokes is not None:
+            self.pokes.close()
         if self.labelling is not None:
             self.labelling.stop()
         if self.watcher is not None:

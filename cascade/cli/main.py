@@ -41,6 +41,8 @@ def up(
     bus: BusOption = None,
     state: StateOption = None,
     backend: Annotated[Optional[str], typer.Option(help="Where training jobs run: local or kubernetes.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Gateway processes sharing its port (default: one per CPU core).",
+                                                   min=1)] = None,
 ) -> None:
     """Run the platform on this machine: gateway, dispatcher, functions, inference, watched folder, dashboard."""
     cfg = settings(bus=bus, state=state)
@@ -50,6 +52,7 @@ def up(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg.gateway.host = host or cfg.gateway.host
     cfg.gateway.port = port or cfg.gateway.port
+    cfg.gateway.workers = workers or cfg.gateway.workers
     platform = _build(cfg)
     import os
 
@@ -61,7 +64,8 @@ def up(
     except RuntimeError as exc:
         fail(str(exc))
     typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
-    typer.echo(f"  gateway     http://{cfg.gateway.host}:{cfg.gateway.port}  (OpenAPI: /docs)")
+    processes = cfg.gateway.workers or os.cpu_count() or 1
+    typer.echo(f"  gateway     http://{cfg.gateway.host}:{cfg.gateway.port}  (OpenAPI: /docs; {processes} process(es))")
     typer.echo(f"  functions   http://{cfg.functions.host}:{cfg.functions.port}/functions/<name>  "
                f"({len(platform.functions)} function(s))")
     typer.echo(f"  inference   http://{cfg.functions.host}:{cfg.functions.port}/v1/models/<name>:predict  (and /v2)")

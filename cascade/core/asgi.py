@@ -3,6 +3,7 @@ benchmarks and the tests start a uvicorn server and stop it again."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any, Literal
@@ -12,7 +13,8 @@ class ServerThread:
     """A uvicorn server in a daemon thread; ``start`` returns once it accepts connections."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "asgi",
-                 lifespan: Literal["auto", "on", "off"] = "on", header_timeout: float = 10.0) -> None:
+                 lifespan: Literal["auto", "on", "off"] = "on", header_timeout: float = 10.0,
+                 sock: socket.socket | None = None) -> None:
         import uvicorn  # here, so importing this module stays cheap for the CLI
 
         from cascade.core.httpguard import HeaderTimeoutH11
@@ -21,7 +23,9 @@ class ServerThread:
         protocol = type("H11", (HeaderTimeoutH11,), {"header_timeout": header_timeout})
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
                                                     http=protocol))
-        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
+        # ``sock``: a listening socket made elsewhere (shared with other processes) instead of binding host:port
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]} if sock else {}, name=name,
+                                       daemon=True)
 
     @property
     def url(self) -> str:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -81,6 +83,34 @@ def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connectio
     return float(match.group(1))
 
 
+@contextmanager
+def platform_gateway(home: Path, workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+    """``cascade gateway --workers N`` on Kafka, rate limits out of the way; its port and a token's header."""
+    port = free_port()
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__URL": "kafka://127.0.0.1:9092",
+           "CASCADE_BUS__TOPIC": "cascade.bench", "CASCADE_GATEWAY__PORT": str(port),
+           "CASCADE_GATEWAY__RATE_PER_SECOND": "1e9", "CASCADE_GATEWAY__BURST": "1000000000",
+           "CASCADE_SOURCES__FOLDER_ENABLED": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "gateway", "--workers", str(workers)], env=env,
+                            stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200 and (home / "token").exists():
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("cascade gateway did not start")
+            time.sleep(0.1)
+        time.sleep(2.0)  # the workers import and join the socket
+        yield port, {"authorization": f"Bearer {(home / 'token').read_text().strip()}"}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=8)
@@ -93,6 +123,7 @@ def main() -> None:
     batch_h, batch_b = ce_http.to_batch([new_event("dataset.uploaded", {"dataset": f"d{i % 8}", "uri": "s3://d/a",
                                                                          "size": i, "origin": "api"}, source="/bench",
                                                    partitionkey=f"d{i % 8}") for i in range(100)])
+    processes = os.cpu_count() or 1
     bare, bare_port = serve("bench.bare_app", {})
     gateway, gw_port = serve("bench.gateway_app", {"CASCADE_BENCH_HOME": str(tmp)})
     token = (tmp / "token").read_text()
@@ -107,11 +138,16 @@ def main() -> None:
     finally:
         bare.terminate()
         gateway.terminate()
+    for n in sorted({1, processes}):  # the gateway as `cascade gateway --workers N` serves it
+        with platform_gateway(tmp / f"up-{n}", n) as (port, up_auth):
+            results[f"up {n}"] = wrk(port, {**single_h, **up_auth}, single_b, args.seconds, args.connections, tmp)
     raw = raw_throughput(20000)
     rows = [
         ["bare FastAPI, single event", results["bare single"], results["bare single"], 1.0, "-"],
         ["gateway, single event", results["gateway single"], results["gateway single"],
          results["gateway single"] / results["bare single"], ">= 0.7 of bare"],
+        *[[f"cascade gateway --workers {n}, single event", results[f"up {n}"], results[f"up {n}"],
+           results[f"up {n}"] / results["bare single"], ">= 0.7 of bare"] for n in sorted({1, processes})],
         ["bare FastAPI, batch of 100", results["bare batch"], results["bare batch"] * 100, 1.0, "-"],
         ["gateway, batch of 100", results["gateway batch"], results["gateway batch"] * 100,
          results["gateway batch"] / results["bare batch"], "-"],

@@ -28,6 +28,10 @@ app.add_typer(projects_app, name="projects")
 app.add_typer(tokens_app, name="tokens")
 
 
+WorkersOption = Annotated[Optional[int], typer.Option(help="Gateway processes sharing its port (default: one per "
+                                                             "CPU core).", min=1)]
+
+
 @app.command()
 def version() -> None:
     """Print Cascade's version."""
@@ -41,8 +45,7 @@ def up(
     bus: BusOption = None,
     state: StateOption = None,
     backend: Annotated[Optional[str], typer.Option(help="Where training jobs run: local or kubernetes.")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Gateway processes sharing its port (default: one per CPU core).",
-                                                   min=1)] = None,
+    workers: WorkersOption = None,
 ) -> None:
     """Run the platform on this machine: gateway, dispatcher, functions, inference, watched folder, dashboard."""
     cfg = settings(bus=bus, state=state)
@@ -119,9 +122,11 @@ def _build(cfg: Settings) -> Any:
 
 
 @app.command()
-def gateway() -> None:
+def gateway(workers: WorkersOption = None) -> None:
     """Serve only the event gateway (webhooks, /events, /v1/jobs)."""
-    platform = _build(settings())
+    cfg = settings()
+    cfg.gateway.workers = workers or cfg.gateway.workers
+    platform = _build(cfg)
     platform.start(runtime=False, dispatcher=False, dashboard=False)
     try:
         platform.wait()

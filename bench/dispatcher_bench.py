@@ -93,7 +93,8 @@ def latency(bus_url: str, state_url: str, rate: float, count: int) -> list[float
     return [(arrived[i] - sent[i]) * 1000 for i in sent if i in arrived]
 
 
-def throughput(count: int) -> tuple[float, float]:
+def throughput(count: int, processes: int = 1) -> tuple[float, float]:
+    """Events/s delivered by ``processes`` dispatcher processes sharing the trigger, and the raw consumer's."""
     home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     bus = open_bus(f"kafka://{KAFKA}")
@@ -111,14 +112,13 @@ def throughput(count: int) -> tuple[float, float]:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.noop_subscriber:app", "--port", str(port),
                                "--log-level", "warning", "--no-access-log"])
-    metrics = free_port()
+    metrics = [free_port() for _ in range(processes)]
     time.sleep(1.0)
-    t0 = time.perf_counter()
-    proc = dispatcher(home, f"kafka://{KAFKA}", REDIS, topic, f"http://127.0.0.1:{port}/", metrics, 64)
+    procs = [dispatcher(home, f"kafka://{KAFKA}", REDIS, topic, f"http://127.0.0.1:{port}/", m, 64) for m in metrics]
     try:
         first = None
         while True:
-            n = delivered(metrics, f"{topic}-t")
+            n = sum(delivered(m, f"{topic}-t") for m in metrics)
             if n and first is None:
                 first = (time.perf_counter(), n)
             if n >= count:
@@ -127,9 +127,11 @@ def throughput(count: int) -> tuple[float, float]:
         assert first is not None
         rate = (count - first[1]) / (time.perf_counter() - first[0])
     finally:
-        proc.terminate()
+        for proc in procs:
+            proc.terminate()
         server.terminate()
-        proc.wait()
+        for proc in procs:
+            proc.wait()
         bus.close()
     return rate, raw_rate
 
@@ -154,9 +156,13 @@ def main() -> None:
                 "(ratio: p50 vs Kafka)", ["bus", "events", "p50", "p99", "p50 ratio"], rows))
     print()
     rate, raw = throughput(args.events)
-    print(table(f"Delivery throughput, {args.events} events, no-op HTTP subscriber",
-                ["reader", "events/s", "ratio"], [["raw kafka-python consumer", raw, 1.0],
-                                                  ["cascade dispatcher (HTTP delivery)", rate, rate / raw]]))
+    rows = [["raw kafka-python consumer", raw, 1.0], ["cascade dispatcher (HTTP delivery)", rate, rate / raw]]
+    processes = os.cpu_count() or 1
+    if processes > 1:  # several dispatcher processes sharing the trigger's consumer group
+        shared, _ = throughput(args.events, processes)
+        rows.append([f"{processes} dispatcher processes, one group", shared, shared / raw])
+    print(table(f"Delivery throughput, {args.events} events, no-op HTTP subscriber (ratio: against the raw consumer)",
+                ["reader", "events/s", "ratio"], rows))
 
 
 if __name__ == "__main__":

@@ -266,3 +266,21 @@ def test_metrics_and_saved_stats(bus: EventBus, store: StateStore, sub: Subscrib
     assert f'cascade_trigger_delivered_total{{trigger="{t.name}"}} 4.0' in text
     assert f'cascade_trigger_lag{{trigger="{t.name}"}}' in text
     assert store.get_record("trigger-stats", t.name)["delivered"] == 4  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_two_dispatchers_share_a_trigger_and_deliver_each_event_once(bus: EventBus, store: StateStore,
+                                                                     sub: Subscriber, topic: str) -> None:
+    t = trigger(f"{topic}-shared", sub.url("/shared"), concurrency=16)
+    with running(bus, store, topic, t) as one, running(bus, store, topic, t) as two:
+        def split() -> bool:
+            consumers = [d.workers[t.name]._consumer for d in (one, two)]
+            owned = [c.assignment() if c is not None else set() for c in consumers]
+            return all(owned) and not owned[0] & owned[1]
+        eventually(split, 60, "the trigger's partitions split between the two dispatchers")
+        bus.publish_many(topic, [job(i, key=f"k{i}") for i in range(400)])
+        eventually(lambda: sum(d.stats()[t.name]["delivered"] for d in (one, two)) == 400, 60, "400 deliveries")
+        counts = [d.stats()[t.name]["delivered"] for d in (one, two)]
+    ids = [json.loads(d.body)["jobId"] for d in sub.at("/shared")]
+    assert sorted(ids) == sorted(f"job-{i}" for i in range(400)), "each event once"
+    assert all(counts), f"both dispatchers delivered: {counts}"

@@ -93,16 +93,18 @@ def latency(bus_url: str, state_url: str, rate: float, count: int) -> list[float
     return [(arrived[i] - sent[i]) * 1000 for i in sent if i in arrived]
 
 
-def throughput(count: int, processes: int = 1) -> tuple[float, float]:
-    """Events/s delivered by ``processes`` dispatcher processes sharing the trigger, and the raw consumer's."""
+def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
+               partitions: int | None = None) -> tuple[float, float]:
+    """Events/s delivered by ``processes`` dispatcher processes sharing the trigger, and the raw consumer's,
+    on a new topic of ``partitions`` (the bus's default if None) on the brokers ``kafka``."""
     home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    bus = open_bus(f"kafka://{KAFKA}")
-    bus.ensure_topic(topic)
+    bus = open_bus(f"kafka://{kafka}")
+    bus.ensure_topic(topic, partitions)
     for start in range(0, count, 1000):
         bus.publish_many(topic, [new_event("job.cancelled", {"jobId": f"j{i}"}, source="/bench", id=f"e{i}",
                                            partitionkey=f"k{i % 64}") for i in range(start, start + 1000)])
-    raw = KafkaConsumer(topic, bootstrap_servers=KAFKA, group_id=f"raw-{topic}", auto_offset_reset="earliest",
+    raw = KafkaConsumer(topic, bootstrap_servers=kafka.split(","), group_id=f"raw-{topic}", auto_offset_reset="earliest",
                         enable_auto_commit=False)
     t0, got = time.perf_counter(), 0
     while got < count:
@@ -114,7 +116,7 @@ def throughput(count: int, processes: int = 1) -> tuple[float, float]:
                                "--log-level", "warning", "--no-access-log"])
     metrics = [free_port() for _ in range(processes)]
     time.sleep(1.0)
-    procs = [dispatcher(home, f"kafka://{KAFKA}", REDIS, topic, f"http://127.0.0.1:{port}/", m, 64) for m in metrics]
+    procs = [dispatcher(home, f"kafka://{kafka}", REDIS, topic, f"http://127.0.0.1:{port}/", m, 64) for m in metrics]
     try:
         first = None
         while True:

@@ -35,9 +35,13 @@ wrk.body = io.open("{body}", "rb"):read("*a")
 """
 
 
+LOADGEN: list[str] = []  # command prefixes: `taskset` with --pinned
+SERVERS: list[str] = []
+
+
 def serve(module: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", f"{module}:app", "--port", str(port), "--log-level",
+    proc = subprocess.Popen([*SERVERS, sys.executable, "-m", "uvicorn", f"{module}:app", "--port", str(port), "--log-level",
                              "warning", "--no-access-log"], env={**os.environ, **env})
     for _ in range(200):
         try:
@@ -65,7 +69,7 @@ def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connectio
     hey = None if shutil.which("wrk") else hey_path()
     if hey is not None:
         flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
-        out = subprocess.run([hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", str(tmp / "body"),
+        out = subprocess.run([*LOADGEN, hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", str(tmp / "body"),
                               "-T", headers.get("content-type", "application/json"), *flags,
                               f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
         codes = re.findall(r"\[(\d{3})\]\s+\d+ responses", out)
@@ -74,7 +78,7 @@ def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connectio
         match = re.search(r"Requests/sec:\s+([\d.]+)", out)
         assert match, out
         return float(match.group(1))
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
+    out = subprocess.run([*LOADGEN, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
                           f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out:
         raise RuntimeError(f"some requests were not accepted:\n{out}")
@@ -84,14 +88,15 @@ def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connectio
 
 
 @contextmanager
-def platform_gateway(home: Path, workers: int) -> Iterator[tuple[int, dict[str, str]]]:
+def platform_gateway(home: Path, workers: int, *, kafka: str = "127.0.0.1:9092", topic: str = "cascade.bench",
+                     partitions: int = 4) -> Iterator[tuple[int, dict[str, str]]]:
     """``cascade gateway --workers N`` on Kafka, rate limits out of the way; its port and a token's header."""
     port = free_port()
-    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__URL": "kafka://127.0.0.1:9092",
-           "CASCADE_BUS__TOPIC": "cascade.bench", "CASCADE_GATEWAY__PORT": str(port),
+    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_BUS__URL": f"kafka://{kafka}",
+           "CASCADE_BUS__TOPIC": topic, "CASCADE_BUS__PARTITIONS": str(partitions), "CASCADE_GATEWAY__PORT": str(port),
            "CASCADE_GATEWAY__RATE_PER_SECOND": "1e9", "CASCADE_GATEWAY__BURST": "1000000000",
            "CASCADE_SOURCES__FOLDER_ENABLED": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "cascade.cli", "gateway", "--workers", str(workers)], env=env,
+    proc = subprocess.Popen([*SERVERS, sys.executable, "-m", "cascade.cli", "gateway", "--workers", str(workers)], env=env,
                             stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -115,7 +120,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--pinned", action="store_true",
+                        help="the load generator on core 0, the servers (and their workers) on the other cores")
     args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    if args.pinned:
+        if cores < 2 or not shutil.which("taskset"):
+            parser.error("--pinned needs two cores and taskset")
+        LOADGEN[:] = ["taskset", "-c", "0"]
+        SERVERS[:] = ["taskset", "-c", f"1-{cores - 1}"]
     tmp = Path(tempfile.mkdtemp(prefix="cascade-gw-bench-"))
     event = new_event("dataset.uploaded", {"dataset": "cats", "uri": "s3://cats/a.jpg", "size": 10, "origin": "api"},
                       source="/bench", partitionkey="cats")
@@ -123,7 +136,7 @@ def main() -> None:
     batch_h, batch_b = ce_http.to_batch([new_event("dataset.uploaded", {"dataset": f"d{i % 8}", "uri": "s3://d/a",
                                                                          "size": i, "origin": "api"}, source="/bench",
                                                    partitionkey=f"d{i % 8}") for i in range(100)])
-    processes = os.cpu_count() or 1
+    processes = cores - 1 if args.pinned else cores  # the gateway's processes: one per core it may use
     bare, bare_port = serve("bench.bare_app", {})
     gateway, gw_port = serve("bench.gateway_app", {"CASCADE_BENCH_HOME": str(tmp)})
     token = (tmp / "token").read_text()
@@ -156,7 +169,8 @@ def main() -> None:
          results["gateway batch"] * 100 / raw, ">= 0.5 of raw"],
     ]
     tool = "wrk" if shutil.which("wrk") else "hey"
-    print(table(f"Gateway ingest, {args.seconds}s per run, {tool} with {args.connections} connections "
+    pinned = f", load generator on core 0, servers on cores 1-{cores - 1}" if args.pinned else ""
+    print(table(f"Gateway ingest, {args.seconds}s per run, {tool} with {args.connections} connections{pinned} "
                 "(validated, durable on Kafka)", ["endpoint", "requests/s", "events/s", "ratio", "target"], rows))
     print(json.dumps({k: round(v, 1) for k, v in results.items()} | {"raw producer events/s": round(raw)}))
 

@@ -114,6 +114,7 @@ class Ledger:
             if not self._fresh:
                 self._rebuild()
             self._pending, evicted = {}, len(self.evicted)
+            version: bytes | None
             try:
                 result = body()
                 if self._pending:
@@ -121,9 +122,9 @@ class Ledger:
                     puts = [RecordWrite(kind, id, doc, ("project",)) for (kind, id), doc in self._pending.items()
                             if doc is not None]
                     deletes = [key for key, doc in self._pending.items() if doc is None]
-                    done = self.store.commit_records(VERSION, self._version, new, puts, deletes)
+                    done, version = self.store.commit_records(VERSION, self._version, new, puts, deletes), new
                 else:
-                    new, done = self._version or b"", self.store.get(VERSION) == self._version
+                    done, version = self.store.get(VERSION) == self._version, self._version
             except NoFit:
                 del self.evicted[evicted:]
                 raise  # refused before anything changed: the view stands
@@ -134,7 +135,7 @@ class Ledger:
             finally:
                 self._pending = {}
             if done:
-                self._version = new if new else None
+                self._version = version
                 return result
             self._fresh = False
             del self.evicted[evicted:]
@@ -145,7 +146,6 @@ class Ledger:
         """This process's view from the shared records (another process decided since this one last did). The
         version is read first: records newer than it only make the next commit fail and rebuild again."""
         self._version = self.store.get(VERSION)
-        self._fresh = True
         if self._touched:  # the first rebuild starts from the untouched copy made at start
             self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
         self._touched = True
@@ -161,6 +161,7 @@ class Ledger:
         for rec in self.store.find_records("waiting"):
             self._queue(Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]), dict(rec["reasons"]),
                                 float(rec["since"]), dict(rec["payload"])))
+        self._fresh = True  # only once it is whole: a store failure half-way leaves it to be rebuilt
 
     def _placement(self, rec: Mapping[str, Any]) -> Placement | None:
         flavor = self.matcher.inventory.flavors.get(str(rec["flavor"]))

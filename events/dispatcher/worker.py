@@ -99,13 +99,14 @@ class TriggerWorker:
                             return
                         self._enqueue(record)
                     continue
-                while records:  # unordered: claim as many as there are free slots in one round trip
+                pending = deque(records)
+                while pending:  # unordered: claim as many as there are free slots in one round trip
                     if not self._slot():
                         return
-                    chunk = [records.pop(0)]
-                    while records and self._slots.acquire(blocking=False):
+                    chunk = [pending.popleft()]
+                    while pending and self._slots.acquire(blocking=False):
                         self.stats.add(in_flight=1)
-                        chunk.append(records.pop(0))
+                        chunk.append(pending.popleft())
                     for record, claimed in zip(chunk, self._claim(chunk)):
                         self._pool.submit(self._handle_and_ack, record, claimed)
         except Exception:

@@ -25,10 +25,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from cascade.core.settings import Settings
 
 log = logging.getLogger("cascade.gateway")
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a container's limit)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def processes(cfg: Settings) -> int:
+    """How many processes serve the gateway: ``gateway.workers``, or one per usable core."""
+    return cfg.gateway.workers or usable_cores()
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -21,7 +21,7 @@ from typing import Any
 
 from cascade.app import wiring
 from cascade.app.dashboard import Dashboard
-from cascade.app.gateway_workers import Pokes, Workers, listen, share
+from cascade.app.gateway_workers import Pokes, Workers, listen, processes, share
 from cascade.core.asgi import ServerThread, wait_started
 from cascade.core.credentials import auth_header, platform_token
 from cascade.core.settings import Settings
@@ -112,16 +112,16 @@ class Platform:
             self._serve(wiring.guarded(cfg, rt, cfg.functions.host), cfg.functions.host, cfg.functions.port, "runtime")
         if gateway:
             self.labelling = Reconciler(self.state, self.bus, cfg.bus.topic, interval=cfg.sources.reconcile_seconds)
-            processes = cfg.gateway.workers or os.cpu_count() or 1
-            shared = share(cfg, processes) if processes > 1 else cfg
-            sock = listen(cfg.gateway.host, cfg.gateway.port) if processes > 1 else None
+            count = processes(cfg)
+            shared = share(cfg, count) if count > 1 else cfg
+            sock = listen(cfg.gateway.host, cfg.gateway.port) if count > 1 else None
             app = create_app(self.bus, self.state, shared.gateway, cfg.bus.topic, platform_token=self.platform_token,
                              check_job=job_check(cfg, self.state), hosts=cfg.allowed_hosts(cfg.gateway.host),
                              poke=self.labelling.poke, public_url=cfg.sources.public_url)
             self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway", sock)
             if sock is not None:
                 self.pokes = Pokes(self.labelling.poke)
-                self.gateway_workers = Workers(shared, sock, processes - 1, self.pokes).start()
+                self.gateway_workers = Workers(shared, sock, count - 1, self.pokes).start()
             self.labelling.start()
             if cfg.sources.folder_enabled:
                 self.folder = FolderSource(cfg.inbox, self.bus, self.state, topic=cfg.bus.topic,

@@ -31,8 +31,8 @@ class GatewaySettings(BaseModel):
     cvat_secret: str = ""
     """Shared secret CVAT signs webhook bodies with (X-Signature-256); empty disables /webhooks/cvat."""
     workers: int = 0
-    """Gateway processes sharing its port (``cascade up --workers``); 0: one per CPU core. Each takes its share
-    of every project's rate limit."""
+    """Gateway processes sharing its port (``cascade up --workers``); 0: one per core this process may use (its
+    CPU affinity, capped by a container's CPU limit). Each takes its share of every project's rate limit."""
     dedup_capacity: int = 100_000
     """Webhook deliveries remembered per project (a ring: the oldest is forgotten only after this many newer
     ones), so a retried delivery is not published twice however late it comes."""

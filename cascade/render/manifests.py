@@ -119,8 +119,9 @@ def job_watch() -> list[dict[str, Any]]:
 
 
 def gateway() -> dict[str, Any]:
+    # two processes for the two CPUs of its limit (Knative adds pods beyond that)
     container = {"name": "gateway", "image": f"{REGISTRY}/gateway:{VERSION}", "ports": [{"containerPort": 8070}],
-                 "env": platform_env(), "readinessProbe": {"httpGet": {"path": "/readyz"}},
+                 "env": [*platform_env(), {"name": "CASCADE_GATEWAY__WORKERS", "value": "2"}], "readinessProbe": {"httpGet": {"path": "/readyz"}},
                  "securityContext": podsecurity.container(),
                  "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}
     annotations = {"autoscaling.knative.dev/min-scale": "1", "autoscaling.knative.dev/target": "100"}

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -71,23 +72,26 @@ def share(cfg: Settings, processes: int) -> Settings:
 
 
 class Pokes:
-    """The parent's end of the workers' webhook pokes: a datagram socket in the abstract namespace."""
+    """The parent's end of the workers' webhook pokes: a datagram socket in the abstract namespace. Any local
+    user can see such a socket's name, so a poke counts only with the secret the workers got on stdin."""
 
     def __init__(self, poke: Callable[[str], None]) -> None:
         self.address = f"\0cascade-poke-{uuid.uuid4().hex}"
+        self.secret = secrets.token_hex(16)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.address)
         self.poke = poke
         threading.Thread(target=self._run, name="gateway-pokes", daemon=True).start()
 
     def _run(self) -> None:
+        prefix = f"{self.secret}:".encode()
         while True:
             try:
-                conn_id = self.sock.recv(256).decode("utf-8", "replace")
+                message = self.sock.recv(512)
             except OSError:
                 return  # closed
-            if conn_id:
-                self.poke(conn_id)
+            if message.startswith(prefix) and len(message) > len(prefix):
+                self.poke(message[len(prefix):].decode("utf-8", "replace"))
 
     def close(self) -> None:
         self.sock.close()
@@ -110,7 +114,8 @@ class Workers:
                                 pass_fds=(self.sock.fileno(), self._lifeline_r))
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"settings": self.cfg.model_dump(mode="json"),
-                                     "poke": self.pokes.address if self.pokes else ""}).encode())
+                                     "poke": self.pokes.address if self.pokes else "",
+                                     "secret": self.pokes.secret if self.pokes else ""}).encode())
         proc.stdin.close()
         self.procs[i] = proc
 
@@ -164,7 +169,7 @@ def _serve(fd: int, lifeline: int) -> None:
 
         def poke(conn_id: str) -> None:
             try:
-                out.sendto(conn_id.encode(), given["poke"])
+                out.sendto(f"{given['secret']}:{conn_id}".encode(), given["poke"])
             except OSError:  # the parent is going away; its reconciler asks every tool on start anyway
                 pass
     app = create_app(bus, state, cfg.gateway, cfg.bus.topic, platform_token=platform_token(cfg.home),

@@ -2,11 +2,12 @@
 
 A consumer in another process learns of a new record only by looking; looking every millisecond
 costs a core's worth of wake-ups across a few consumers, and looking less often is latency. So each
-consumer rings a doorbell: a Linux abstract-namespace datagram socket named after the bus file
-and its member id (nothing on disk to clean up, nothing to find unless one can read the bus file,
-where member ids live). A publisher, after each commit, sends one byte to every member the bus's
+consumer has a doorbell: a Linux abstract-namespace datagram socket named after the bus file
+and its member id (nothing on disk to clean up). A publisher, after each commit, sends one byte to every member the bus's
 ``members`` table lists. A lost byte costs nothing: a full socket buffer is a doorbell already
-rung, a member that is gone refuses it. Where abstract sockets do not exist, consumers poll.
+rung, a member that is gone refuses it. A ring carries nothing: one from anyone else (abstract
+names are listed in /proc/net/unix) costs the consumer one cheap look at the log, nothing more.
+Where abstract sockets do not exist, consumers poll.
 """
 
 from __future__ import annotations

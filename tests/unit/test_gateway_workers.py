@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.app.gateway_workers import listen, share
+from cascade.app.gateway_workers import Pokes, listen, share
 from cascade.core.settings import GatewaySettings, Settings
 
 
@@ -22,3 +22,20 @@ def test_a_port_in_use_is_refused_with_the_port_named() -> None:
     with pytest.raises(RuntimeError, match=f"127.0.0.1:{port}.*in use"):
         listen("127.0.0.1", port)
     taken.close()
+
+
+def test_a_poke_counts_only_with_the_workers_secret() -> None:
+    import socket
+    import threading
+
+    got: list[str] = []
+    arrived = threading.Event()
+    pokes = Pokes(lambda conn_id: (got.append(conn_id), arrived.set()))
+    out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    out.sendto(b"conn-forged", pokes.address)  # another local user found the socket's name
+    out.sendto(b"wrong:conn-forged", pokes.address)
+    out.sendto(f"{pokes.secret}:conn-1".encode(), pokes.address)
+    assert arrived.wait(5)
+    assert got == ["conn-1"]
+    out.close()
+    pokes.close()

@@ -124,7 +124,7 @@ class Idempotency:
         thread puts everything queued while its last write was in flight in the next one."""
         future: Future[None] = Future()
         with self._start:
-            if self._writer is None:
+            if self._writer is None or not self._writer.is_alive():  # not started, or lost in a fork
                 self._writer = threading.Thread(target=self._write_completions, name="cascade-completions",
                                                 daemon=True)
                 self._writer.start()

@@ -34,7 +34,10 @@ class Upstream:
         """Send one request; ConnectionError if the instance is gone or hangs up."""
         for attempt in range(2):
             fresh = not self._idle
-            reader, writer = self._idle.pop() if self._idle else await self._connect()
+            try:
+                reader, writer = self._idle.pop() if self._idle else await self._connect()
+            except OSError as exc:  # its socket is gone or refuses: the instance died
+                raise ConnectionError(str(exc) or type(exc).__name__) from exc
             try:
                 message = await _exchange(reader, writer, f"{method} {path} HTTP/1.1", headers, body, timeout,
                                           http11.read_message)

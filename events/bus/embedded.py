@@ -24,7 +24,7 @@ from cascade.core.errors import BusUnavailable
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.base import BusBase, Consumer, Position, Start
 from cascade.events.bus.embedded_consumer import EmbeddedConsumer
-from cascade.events.bus.sqlite_log import SCHEMA, Checkpointer, connect, encode_headers
+from cascade.events.bus.sqlite_log import SCHEMA, connect, encode_headers
 from cascade.events.bus.wakeup import Ringer
 
 
@@ -40,7 +40,6 @@ class EmbeddedBus(BusBase):
         session_timeout: float = 10.0,
         commit_interval: float = 0.5,
         poll_interval: float = 0.001,
-        checkpoint_interval: float = 0.2,
     ) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +53,6 @@ class EmbeddedBus(BusBase):
         self._conn.executescript(SCHEMA)
         self._changed = threading.Condition()
         self._ringer = Ringer(self.path)
-        self._checkpointer = Checkpointer(self.path, synchronous=synchronous, interval=checkpoint_interval)
         self._round_robin = 0
 
     def _tx(self) -> sqlite3.Connection:
@@ -167,6 +165,5 @@ class EmbeddedBus(BusBase):
         with self._lock:
             self._conn.close()
         self._ringer.close()
-        self._checkpointer.close()
 
 

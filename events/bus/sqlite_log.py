@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Sequence
 
 SCHEMA = """
@@ -29,33 +28,7 @@ def connect(path: str, *, synchronous: str = "FULL") -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=30000")
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # no commit pays for a checkpoint: each bus runs a Checkpointer
     return conn
-
-
-class Checkpointer:
-    """Copies the WAL back into the database file in the background, so a publish or a commit never waits for
-    it (SQLite's automatic checkpoint runs inside whichever commit crosses its threshold). PASSIVE: it never
-    waits for readers or writers, it stops where a reader still needs the WAL and goes on next time."""
-
-    def __init__(self, path: str, *, synchronous: str, interval: float = 0.2) -> None:
-        self._conn = connect(path, synchronous=synchronous)
-        self._stop = threading.Event()
-        self._interval = interval
-        self._thread = threading.Thread(target=self._run, name="bus-checkpoint", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            except sqlite3.Error:
-                pass  # a locked or full disk: the next round tries again
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._conn.close()
 
 
 def encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:

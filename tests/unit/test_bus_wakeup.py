@@ -11,7 +11,6 @@ import pytest
 from cascade.events.bus.embedded import EmbeddedBus
 from cascade.events.bus.wakeup import SUPPORTED, Doorbell, Ringer
 from cascade.events.envelope import new_event
-from tests.helpers.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason="abstract unix sockets are Linux's")
 
@@ -19,7 +18,6 @@ PUBLISH = """
 import sys
 from cascade.events.bus.embedded import EmbeddedBus
 from cascade.events.envelope import new_event
-from tests.helpers.waiting import eventually
 bus = EmbeddedBus(sys.argv[1])
 bus.publish("t", new_event("job.cancelled", {"jobId": "j1"}, source="/other-process"))
 bus.close()
@@ -57,16 +55,3 @@ def test_a_publish_in_another_process_wakes_a_waiting_consumer(tmp_path: Path) -
     assert doorbell.wait(10) is True, "a publish in this process rings it too"
     consumer.close()
     bus.close()
-
-
-def test_the_log_is_checkpointed_in_the_background_not_by_a_publish(tmp_path: Path) -> None:
-    path = tmp_path / "bus.db"
-    quiet = EmbeddedBus(path, checkpoint_interval=3600)  # its checkpointer will not run during the test
-    quiet.ensure_topic("t")
-    start = path.stat().st_size
-    quiet.publish_many("t", [new_event("job.cancelled", {"jobId": f"j{i}" * 20}, source="/bulk") for i in range(2000)])
-    assert path.stat().st_size == start, "no publish copied the WAL into the file"
-    bus = EmbeddedBus(path)
-    eventually(lambda: path.stat().st_size > start + 200_000, 10, "the checkpointer copying the WAL into the file")
-    bus.close()
-    quiet.close()

@@ -18,7 +18,7 @@ their runs and keeps their output, where the checkpoints are).
 
 Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
 survive a restart and every launcher process sees the same ones. A decision runs on the
-process's own view and commits its writes in one conditional transaction over the version of the
+process's own view (one thread at a time) and commits its writes in one conditional transaction over the version of the
 last decision (``scheduler:version``): one round trip when nobody else decided since; otherwise
 nothing is written, the view is rebuilt from the records and the decision taken again.
 """
@@ -29,6 +29,7 @@ import bisect
 import copy
 import heapq
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ class Ledger:
         self._version: bytes | None = None  # the version this process's view matches (None: no decision yet)
         self._fresh = False  # whether the view was built (a failed commit or decision makes it stale)
         self._pending: dict[tuple[str, str], dict[str, Any] | None] = {}  # this decision's writes (None: delete)
+        self._mutex = threading.RLock()
         self._last_seq = 0
         self._touched = False  # whether self.matcher has been booked on since it was copied
 
@@ -109,6 +111,10 @@ class Ledger:
         against the version of the last decision (``VERSION``): uncontended, that is the decision's only round
         trip. If another process decided since, nothing is written: the view is rebuilt from the records and the
         decision taken again. A decision that writes nothing checks the version before answering."""
+        with self._mutex:  # threads of one process share the view: one decision at a time on it
+            return self._decide_alone(body)
+
+    def _decide_alone(self, body: Callable[[], T]) -> T:
         deadline = time.monotonic() + 2 * self.lease
         while True:
             if not self._fresh:

@@ -106,6 +106,20 @@ def test_bookings_survive_a_restart_and_two_launchers_share_them(store: StateSto
     assert ledger(store).usage()["flavors"]["a100"]["booked"] == 8.0
 
 
+def test_threads_of_one_launcher_share_its_ledger_without_over_booking(store: StateStore) -> None:
+    shared = ledger(store)  # a function instance runs several handlers at once, in threads, on one ledger
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(shared.book(job(f"t{i}", cards="4"))))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(type(r).__name__ for r in results) == ["Placement"] * 2 + ["Waiting"] * 6
+    assert shared.matcher.inventory.used == {("vision", "nvidia"): 8.0}, "each booking counted once"
+    assert ledger(store).usage()["flavors"]["a100"]["booked"] == 8.0
+
+
 def test_a_cohort_lends_unused_quota_and_takes_it_back_by_preempting_the_borrowed_work(store: StateStore) -> None:
     led = Ledger(store, Inventory.from_dict({
         "flavors": [{"name": "a100", "vendor": "nvidia", "nodes": [{"name": "n1", "cards": 8}]}],

@@ -56,7 +56,9 @@ def test_eight_card_jobs_on_one_eight_card_node_wait_their_turn(platform: Platfo
 
     seen = events_until(p.bus, p.topic, lambda s: sum(e["type"].endswith(("started.v1", "queued.v1")) for e in s) >= 3,
                         120, keep=lambda e: e.get("subject") in jobs, what="one start and two queued")
-    [first] = [j for j in jobs if of(j, "started")]
+    started = [j for j in jobs if of(j, "started")]
+    assert len(started) == 1, [(e["type"], e.get("subject"), e.get_data()) for e in seen]
+    [first] = started
     waiting = [j for j in jobs if of(j, "queued")]
     assert len(waiting) == 2, [e["type"] for e in seen]
     reason = of(waiting[0], "queued")[0].get_data()["reasons"]["box"]  # type: ignore[attr-defined]

@@ -103,11 +103,15 @@ class RedisStore:
     def _idx(self, kind: str, field: str, value: str) -> str:
         return f"{self.ns}:idx:{kind}:{field}:{value}"
 
+    def _fields(self, kind: str, id: str) -> str:
+        """The hash of a record's indexed field values (what to take out of the index sets when it changes)."""
+        return f"{self.ns}:recidx:{kind}:{id}"
+
     def _all(self, kind: str) -> str:
         return f"{self.ns}:all:{kind}"
 
     def put_record(self, kind: str, id: str, doc: Mapping[str, Any], *, index: Sequence[str] = ()) -> None:
-        fields_key = f"{self.ns}:recidx:{kind}:{id}"
+        fields_key = self._fields(kind, id)
 
         def update(pipe: Any) -> None:
             old = pipe.hgetall(fields_key)
@@ -122,7 +126,7 @@ class RedisStore:
         """WATCH the guard, read the old index entries of every record touched (one pipelined round trip), then
         everything in one MULTI/EXEC; a guard changed meanwhile makes EXEC fail and nothing is written."""
         touched = [*deletes, *((w.kind, w.id) for w in puts)]
-        fields = [f"{self.ns}:recidx:{kind}:{id}" for kind, id in touched]
+        fields = [self._fields(kind, id) for kind, id in touched]
 
         def attempt() -> bool:
             with self._r.pipeline() as pipe:
@@ -153,14 +157,14 @@ class RedisStore:
     def _unindex(self, pipe: Any, kind: str, id: str, old: Mapping[Any, Any]) -> None:
         for f, v in old.items():
             pipe.srem(self._idx(kind, _text(f), _text(v)), id)
-        pipe.delete(f"{self.ns}:recidx:{kind}:{id}")
+        pipe.delete(self._fields(kind, id))
 
     def _write(self, pipe: Any, kind: str, id: str, doc: Mapping[str, Any], index: Sequence[str]) -> None:
         new = index_values(doc, index)
         for f, v in new.items():
             pipe.sadd(self._idx(kind, f, v), id)
         if new:
-            pipe.hset(f"{self.ns}:recidx:{kind}:{id}", mapping=new)
+            pipe.hset(self._fields(kind, id), mapping=new)
         pipe.set(self._rec(kind, id), json.dumps(dict(doc), separators=(",", ":")))
         pipe.sadd(self._all(kind), id)
 
@@ -177,7 +181,7 @@ class RedisStore:
         return [json.loads(r) for r in raws if r is not None]
 
     def delete_record(self, kind: str, id: str) -> bool:
-        fields_key = f"{self.ns}:recidx:{kind}:{id}"
+        fields_key = self._fields(kind, id)
         old = self._call(lambda: self._r.hgetall(fields_key))
         pipe = self._r.pipeline()
         for f, v in old.items():

@@ -178,7 +178,10 @@ class Platform:
             server.stop()
 
     def stop(self) -> None:
-        """Stop taking events first, then deliveries (unacknowledged ones come back), then serving."""
+        """Stop taking events and starting deliveries at once (whatever is on the bus and not acknowledged
+        comes back after a restart), let what is in flight finish, then stop serving."""
+        if self.dispatcher is not None:
+            self.dispatcher.request_stop()
         if self.folder is not None:
             self.folder.stop()
         if self.gateway_workers is not None:

@@ -92,10 +92,14 @@ class Dispatcher:
     def stats(self) -> dict[str, dict[str, int]]:
         return {name: {**w.stats.snapshot(), "lag": self.lag.get(name, 0)} for name, w in self.workers.items()}
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def request_stop(self) -> None:
+        """Take no more records (deliveries in flight finish); ``stop`` then waits for them."""
         self._stop.set()
         for worker in self.workers.values():
             worker.stop()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.request_stop()
         for thread in self._threads:
             thread.join(timeout)
         if self._server is not None:

@@ -17,11 +17,11 @@ import httpx
 from tests.helpers.platform import cascade_up
 from tests.helpers.subscriber import Subscriber
 
-EVENTS = 300
+EVENTS = 400
 
 
 def test_ctrl_c_mid_stream_then_restart_delivers_every_accepted_event(tmp_path: Path) -> None:
-    sub = Subscriber(delay=0.02)
+    sub = Subscriber(delay=0.05)
     triggers = tmp_path / "slow.triggers.yaml"
     triggers.write_text(f"triggers:\n- name: slow\n  subscriber: {sub.url('/slow')}\n  start: earliest\n"
                         "  delivery: {retry: 2, backoffDelay: PT0.1S}\n")
@@ -43,7 +43,7 @@ def test_ctrl_c_mid_stream_then_restart_delivers_every_accepted_event(tmp_path: 
             running.proc.send_signal(signal.SIGINT)  # Ctrl-C with deliveries in flight
             assert running.proc.wait(timeout=90) == 0, running.log.read_text()[-3000:]
             delivered_before = {d.id for d in sub.at("/slow")}
-        assert len(delivered_before) < EVENTS, "stopped too late to interrupt anything"
+        assert len(delivered_before) < EVENTS // 2, "Ctrl-C went on starting deliveries"
         with cascade_up(home, **env) as running:
             deadline = time.monotonic() + 120
             while {d.id for d in sub.at("/slow")} != {e["id"] for e in batch}:

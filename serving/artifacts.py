@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
@@ -58,34 +61,44 @@ class ArtifactPolicy:
             raise ArtifactRefused(f"artifact host of {url} is not in security.artifact_hosts", field="artifactUri")
 
 
-def _download(url: str, target: Path, policy: ArtifactPolicy) -> None:
+def _download(url: str, target: Path, policy: ArtifactPolicy, *, headers: Mapping[str, str] | None = None,
+              verify: ssl.SSLContext | bool = True, rate: float = 0.0) -> int:
+    """Download ``url`` to ``target``, resuming a ``.part`` file with a Range request; at most ``rate`` bytes a
+    second when given. ``headers`` (a credential) go only to ``url``'s own host. The bytes received."""
     partial = target.with_suffix(target.suffix + ".part")
     start = partial.stat().st_size if partial.exists() else 0
-    headers = {"range": f"bytes={start}-"} if start else {}
+    first_host, received, began = urlparse(url).hostname, 0, time.monotonic()
     try:
-        with httpx.Client(timeout=60, follow_redirects=False) as client:
+        with httpx.Client(timeout=60, follow_redirects=False, verify=verify) as client:
             for _ in range(MAX_REDIRECTS + 1):
                 policy.check_url(url)
-                with client.stream("GET", url, headers=headers) as response:
+                asked = {**((headers or {}) if urlparse(url).hostname == first_host else {}),
+                         **({"range": f"bytes={start}-"} if start else {})}
+                with client.stream("GET", url, headers=asked) as response:
                     if response.is_redirect:
                         url = urljoin(url, response.headers.get("location", ""))
                         continue
                     if response.status_code == 416:
                         partial.replace(target)
-                        return
+                        return received
                     if response.status_code >= 400:
                         raise RetryableError(f"download {url}: HTTP {response.status_code}")
                     append = bool(start) and response.status_code == 206
                     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC), 0o600)
                     with os.fdopen(fd, "wb") as f:
-                        for chunk in response.iter_bytes(1 << 20):
+                        for chunk in response.iter_bytes(min(1 << 20, max(1 << 12, int(rate / 8))) if rate else 1 << 20):
                             f.write(chunk)
+                            received += len(chunk)
+                            ahead = received / rate - (time.monotonic() - began) if rate else 0.0
+                            if ahead > 0:  # the bandwidth limit: wait until the budget has caught up
+                                time.sleep(ahead)
                     break
             else:
                 raise ArtifactRefused(f"download {url}: more than {MAX_REDIRECTS} redirects", field="artifactUri")
     except httpx.HTTPError as exc:
         raise RetryableError(f"download {url}: {exc}") from exc
     partial.replace(target)
+    return received
 
 
 def _copy_private(source: Path, target: Path) -> None:
@@ -140,6 +153,15 @@ def check_base(artifact: Path, fmt: str, policy: ArtifactPolicy) -> None:
 
 def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
     """The verified local copy of ``uri``; downloads only when the cache lacks it."""
+    return download(uri, sha256, cache, policy)[0]
+
+
+def download(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy, *, name: str = "",
+             headers: Mapping[str, str] | None = None, verify: ssl.SSLContext | bool = True,
+             rate: float = 0.0) -> tuple[Path, int]:
+    """``fetch`` with the knobs of a thin link: the file's ``name`` in the cache (default: the URI's), a
+    credential for the artifact's host, the CA to trust, a bandwidth limit (bytes/s); also the bytes
+    transferred (0 when the cache had it)."""
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         source = policy.local(uri)
@@ -149,20 +171,21 @@ def fetch(uri: str, sha256: str, cache: Path, policy: ArtifactPolicy) -> Path:
         raise InvalidInput(f"artifact scheme {parsed.scheme!r} is not supported (file, http, https)", field="artifactUri")
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
         raise InvalidInput("sha256 must be 64 lowercase hex digits", field="sha256")
-    name = Path(unquote(parsed.path)).name or "artifact"
+    name = name or Path(unquote(parsed.path)).name or "artifact"
     folder = cache / sha256
     target = folder / name
     if target.exists() and sha256_file(target) == sha256:
-        return target
+        return target, 0
     cache.mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.mkdir(exist_ok=True, mode=0o700)
     if parsed.scheme in ("", "file"):
         if source.is_symlink() or not (source.is_file() or source.is_dir()):
             raise InvalidInput(f"artifact {uri} is not a file or a folder", field="artifactUri")
         _copy_private(source, target)
+        received = 0
     else:
-        _download(uri, target, policy)
+        received = _download(uri, target, policy, headers=headers, verify=verify, rate=rate)
     if sha256_file(target) != sha256:
         _discard(target)
         raise ChecksumMismatch(f"artifact {uri} does not match the release's sha256", field="sha256")
-    return target
+    return target, received

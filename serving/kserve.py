@@ -57,16 +57,7 @@ def inference_service(release: dict[str, Any], namespace: str, *, placement: dic
                                  storage_uri=release["artifactUri"], resources=resources,
                                  security_context=podsecurity.container())
     else:
-        env = {"STORAGE_URI": release["artifactUri"], "PORT": "8080", "CASCADE_MODEL_HOST": "0.0.0.0",
-               "CASCADE_MODEL_VERSION": str(release["version"])}
-        if release.get("signature"):
-            env["CASCADE_MODEL_SIGNATURE"] = json.dumps(release["signature"], sort_keys=True)
-        containers = [{"name": "kserve-container", "image": image or MODEL_SERVER,
-                       "command": ["python", "-m", "cascade.serving.modelserver"],
-                       "args": ["--name", release["model"], "--artifact", "/mnt/models", "--format", release["format"]],
-                       "env": [{"name": k, "value": v} for k, v in env.items()],
-                       "ports": [{"containerPort": 8080, "protocol": "TCP"}], "resources": resources,
-                       "securityContext": podsecurity.container()}]
+        containers = [model_server(release, resources, image)]
     canary = release.get("canaryTrafficPercent") if previous_live else None
     predictor = V1beta1PredictorSpec(model=model, containers=containers, min_replicas=0, scale_target=scale_target,
                                      scale_metric="concurrency", container_concurrency=0,
@@ -82,6 +73,21 @@ def inference_service(release: dict[str, Any], namespace: str, *, placement: dic
                                      if previous_version and canary is not None else {})}},
         spec=V1beta1InferenceServiceSpec(predictor=predictor))
     return cast(dict[str, Any], KServeApiClient().sanitize_for_serialization(isvc))
+
+
+def model_server(release: dict[str, Any], resources: dict[str, Any], image: str | None = None) -> dict[str, Any]:
+    """Cascade's model-server container for a release, reading the artifact from ``/mnt/models`` (where KServe's
+    storage initializer puts ``STORAGE_URI``)."""
+    env = {"STORAGE_URI": release["artifactUri"], "PORT": "8080", "CASCADE_MODEL_HOST": "0.0.0.0",
+           "CASCADE_MODEL_VERSION": str(release["version"])}
+    if release.get("signature"):
+        env["CASCADE_MODEL_SIGNATURE"] = json.dumps(release["signature"], sort_keys=True)
+    return {"name": "kserve-container", "image": image or MODEL_SERVER,
+            "command": ["python", "-m", "cascade.serving.modelserver"],
+            "args": ["--name", release["model"], "--artifact", "/mnt/models", "--format", release["format"]],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}], "resources": resources,
+            "securityContext": podsecurity.container()}
 
 
 def storage_uri(resource: dict[str, Any]) -> str:

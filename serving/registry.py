@@ -104,10 +104,12 @@ class Registry:
 
     def release(self, model: str, version: str, *, targets: dict[str, Any] | None = None,
                 canary: int | None = None, sample: Any = None, accelerator: str = "0", command: str = "",
-                central: bool = True, resources: dict[str, str] | None = None) -> CloudEvent:
+                central: bool = True, resources: dict[str, str] | None = None,
+                edge: dict[str, Any] | None = None) -> CloudEvent:
         """The ``model.released`` command for ``version``; ``command`` makes its id (a new one for each
         command a user gives, one derived from the triggering event for automatic releases); ``central``:
-        whether the central target deploys it (else only edge clusters), which moves the desired split."""
+        whether the central target deploys it (else only edge clusters), which moves the desired split;
+        ``edge``: what only edge clusters read (``notAfter``, ``rollout``)."""
         record = self.get(model, version)
         if central:
             self.set_traffic(DESIRED, model, traffic_after(self.traffic(DESIRED, model), version, canary),
@@ -124,6 +126,7 @@ class Registry:
             data["sampleInput"] = sample
         if record.get("signature"):
             data["signature"] = record["signature"]
+        data.update(edge or {})
         self.store.put_record("model-version", f"{model}:{version}",
                               {**record, "stage": "released", "released": datetime.now(timezone.utc).isoformat()},
                               index=INDEX)

@@ -28,9 +28,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from cascade.core.errors import InvalidInput
 from cascade.core.settings import Settings
 
 log = logging.getLogger("cascade.gateway")
+GATEWAY_GRACE = 5  # seconds a stopping gateway lets requests finish; edge release streams never do, they reconnect
 
 
 def usable_cores() -> int:
@@ -151,6 +153,14 @@ class Workers:
         os.close(self._lifeline_r)
 
 
+def tls(cfg: Settings) -> tuple[str, str] | None:
+    """The gateway's certificate and key files when it serves HTTPS; a half-configured pair is named."""
+    cert, key = cfg.gateway.tls_cert_file, cfg.gateway.tls_key_file
+    if bool(cert) != bool(key):
+        raise InvalidInput("HTTPS needs both gateway.tls_cert_file and gateway.tls_key_file", field="gateway.tls_key_file")
+    return (str(cert), str(key)) if cert and key else None
+
+
 def _serve(fd: int, lifeline: int) -> None:
     """A worker: the gateway app on the inherited socket until SIGTERM or the parent's end."""
     from cascade.app import wiring
@@ -158,6 +168,7 @@ def _serve(fd: int, lifeline: int) -> None:
     from cascade.core.asgi import ServerThread, wait_started
     from cascade.core.credentials import platform_token
     from cascade.events.gateway import create_app
+    from cascade.serving.artifacts import ArtifactPolicy
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     given = json.loads(sys.stdin.read())
@@ -174,8 +185,9 @@ def _serve(fd: int, lifeline: int) -> None:
                 pass
     app = create_app(bus, state, cfg.gateway, cfg.bus.topic, platform_token=platform_token(cfg.home),
                      check_job=job_check(cfg, state), hosts=cfg.allowed_hosts(cfg.gateway.host), poke=poke,
-                     public_url=cfg.sources.public_url)
-    server = ServerThread(app, cfg.gateway.host, cfg.gateway.port, name="gateway",
+                     public_url=cfg.sources.public_url,
+                             open_artifact=ArtifactPolicy.from_settings(cfg).local)
+    server = ServerThread(app, cfg.gateway.host, cfg.gateway.port, name="gateway", tls=tls(cfg), graceful=GATEWAY_GRACE,
                           header_timeout=cfg.security.header_timeout_seconds, sock=socket.socket(fileno=fd)).begin()
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

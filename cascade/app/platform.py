@@ -21,7 +21,7 @@ from typing import Any
 
 from cascade.app import wiring
 from cascade.app.dashboard import Dashboard
-from cascade.app.gateway_workers import Pokes, Workers, listen, processes, share
+from cascade.app.gateway_workers import GATEWAY_GRACE, Pokes, Workers, listen, processes, share, tls
 from cascade.core.asgi import ServerThread, wait_started
 from cascade.core.credentials import auth_header, platform_token
 from cascade.core.settings import Settings
@@ -39,6 +39,7 @@ from cascade.functions.training.launcher import inventory
 from cascade.functions.training.lint import Linter
 from cascade.functions.training.policy import JobPolicy
 from cascade.functions.training.watch import JobWatcher
+from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.registry import Registry
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.targets import open_target
@@ -89,8 +90,9 @@ class Platform:
         return cls(cfg, bus, state, functions, triggers, token=wiring.bootstrap_default_project(cfg, state),
                    platform_token=platform_token(cfg.home, create=True))
 
-    def _serve(self, app: Any, host: str, port: int, name: str, sock: socket.socket | None = None) -> None:
-        self.servers.append(ServerThread(app, host, port, name=name, sock=sock,
+    def _serve(self, app: Any, host: str, port: int, name: str, sock: socket.socket | None = None,
+               tls: tuple[str, str] | None = None, graceful: int | None = None) -> None:
+        self.servers.append(ServerThread(app, host, port, name=name, sock=sock, tls=tls, graceful=graceful,
                                          header_timeout=self.cfg.security.header_timeout_seconds).begin())
 
     def start(self, *, gateway: bool = True, runtime: bool = True, dispatcher: bool = True,
@@ -117,8 +119,9 @@ class Platform:
             sock = listen(cfg.gateway.host, cfg.gateway.port) if count > 1 else None
             app = create_app(self.bus, self.state, shared.gateway, cfg.bus.topic, platform_token=self.platform_token,
                              check_job=job_check(cfg, self.state), hosts=cfg.allowed_hosts(cfg.gateway.host),
-                             poke=self.labelling.poke, public_url=cfg.sources.public_url)
-            self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway", sock)
+                             poke=self.labelling.poke, public_url=cfg.sources.public_url,
+                             open_artifact=ArtifactPolicy.from_settings(cfg).local)
+            self._serve(app, cfg.gateway.host, cfg.gateway.port, "gateway", sock, tls(cfg), GATEWAY_GRACE)
             if sock is not None:
                 self.pokes = Pokes(self.labelling.poke)
                 self.gateway_workers = Workers(shared, sock, count - 1, self.pokes).start()

@@ -55,10 +55,11 @@ def emit(
     if not token:
         fail("no platform credential in CASCADE_HOME: run `cascade up` there first" if as_platform else
              "no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
-    url = gateway_url or f"http://{cfg.gateway.host}:{cfg.gateway.port}"
+    url = gateway_url or cfg.gateway_url
     headers, body = to_binary(event)
     try:
-        reply = httpx.post(f"{url}/events", headers={**headers, "authorization": f"Bearer {token}"}, content=body)
+        reply = httpx.post(f"{url}/events", headers={**headers, "authorization": f"Bearer {token}"}, content=body,
+                           verify=cfg.gateway_verify)
     except httpx.HTTPError as exc:
         fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
         raise

@@ -67,9 +67,10 @@ def gateway_call(method: str, path: str, token: str | None, **kwargs: Any) -> An
     token = token or wiring.saved_token(cfg)
     if not token:
         fail("no token: pass --token, set CASCADE_TOKEN, or run `cascade up` once to create one")
-    url = f"http://{cfg.gateway.host}:{cfg.gateway.port}{path}"
+    url = f"{cfg.gateway_url}{path}"
     try:
-        reply = httpx.request(method, url, headers={"authorization": f"Bearer {token}"}, timeout=60, **kwargs)
+        reply = httpx.request(method, url, headers={"authorization": f"Bearer {token}"}, timeout=60,
+                              verify=cfg.gateway_verify, **kwargs)
     except httpx.HTTPError as exc:
         fail(f"cannot reach the gateway at {url} ({exc}); is `cascade up` running?")
         raise

@@ -69,7 +69,7 @@ def run(cfg: Settings, bus: EventBus, store: Any, token: str, say: Callable[[str
     if importlib.util.find_spec("torch") is None:
         raise DemoFailed("the demo trains a PyTorch model: install torch into this environment "
                          "(.venv/bin/pip install torch) and run it again")
-    gateway, runtime = f"http://{cfg.gateway.host}:{cfg.gateway.port}", cfg.runtime_url
+    gateway, runtime = cfg.gateway_url, cfg.runtime_url
     for url in (f"{gateway}/healthz", f"{runtime}/healthz"):
         try:
             httpx.get(url, timeout=5).raise_for_status()

@@ -69,7 +69,7 @@ def up(
     typer.secho(f"Cascade {__version__} is up", fg=typer.colors.GREEN, bold=True)
     from cascade.app.gateway_workers import processes
 
-    typer.echo(f"  gateway     http://{cfg.gateway.host}:{cfg.gateway.port}  (OpenAPI: /docs; {processes(cfg)} process(es))")
+    typer.echo(f"  gateway     {cfg.gateway_url}  (OpenAPI: /docs; {processes(cfg)} process(es))")
     typer.echo(f"  functions   http://{cfg.functions.host}:{cfg.functions.port}/functions/<name>  "
                f"({len(platform.functions)} function(s))")
     typer.echo(f"  inference   http://{cfg.functions.host}:{cfg.functions.port}/v1/models/<name>:predict  (and /v2)")

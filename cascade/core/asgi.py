@@ -14,22 +14,27 @@ class ServerThread:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "asgi",
                  lifespan: Literal["auto", "on", "off"] = "on", header_timeout: float = 10.0,
-                 sock: socket.socket | None = None) -> None:
+                 sock: socket.socket | None = None, tls: tuple[str, str] | None = None,
+                 graceful: int | None = None) -> None:
         import uvicorn  # here, so importing this module stays cheap for the CLI
 
         from cascade.core.httpguard import HeaderTimeoutH11
 
-        self.name, self.host, self.port = name, host, port
+        self.name, self.host, self.port, self.scheme = name, host, port, "https" if tls else "http"
         protocol = type("H11", (HeaderTimeoutH11,), {"header_timeout": header_timeout})
+        # ``tls``: (certificate file, key file) to serve HTTPS; ``graceful``: seconds a stop waits for requests in
+        # flight before cancelling them (None: as long as they take; a server with endless streams sets it)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
-                                                    http=protocol))
+                                                    http=protocol, ssl_certfile=tls[0] if tls else None,
+                                                    ssl_keyfile=tls[1] if tls else None,
+                                                    timeout_graceful_shutdown=graceful))
         # ``sock``: a listening socket made elsewhere (shared with other processes) instead of binding host:port
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]} if sock else {}, name=name,
                                        daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def begin(self) -> ServerThread:
         """Start without waiting (see ``started`` and ``alive``)."""

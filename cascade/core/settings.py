@@ -9,6 +9,7 @@ and state under ``CASCADE_HOME`` (``./.cascade``).
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,11 @@ class GatewaySettings(BaseModel):
     workers: int = 0
     """Gateway processes sharing its port (``cascade up --workers``); 0: one per core this process may use (its
     CPU affinity, capped by a container's CPU limit). Each takes its share of every project's rate limit."""
+    tls_cert_file: Path | None = None
+    """PEM certificate (its chain after it) the gateway serves HTTPS with, as edge sites reach it across the
+    internet; unset: plain HTTP (a local platform, or TLS ended by an ingress in front)."""
+    tls_key_file: Path | None = None
+    """The certificate's private key (PEM); readable by the platform's user only."""
     dedup_capacity: int = 100_000
     """Webhook deliveries remembered per project (a ring: the oldest is forgotten only after this many newer
     ones), so a retried delivery is not published twice however late it comes."""
@@ -110,7 +116,10 @@ class TrainingSettings(BaseModel):
 
 class ServingSettings(BaseModel):
     target: str = "local"
-    """Where released models are deployed: ``local`` (model servers behind the runtime) or ``kserve``."""
+    """Where released models are deployed: ``local`` (model servers behind the runtime), ``kserve``
+    (InferenceServices) or ``deployment`` (a Deployment and a Service per model, for clusters without KServe)."""
+    storage_initializer: str = "kserve/storage-initializer:v0.15.2"
+    """The image that fetches an artifact into a ``deployment`` target's pods (KServe's storage initializer)."""
     scale_to_zero_grace_seconds: float = 30.0
     """How long an idle model server keeps its last instance."""
     cache: Path | None = None
@@ -183,6 +192,17 @@ class Settings(BaseSettings):
     @property
     def model_cache(self) -> Path:
         return (self.serving.cache or self.home / "cache" / "models").resolve()
+
+    @property
+    def gateway_url(self) -> str:
+        scheme = "https" if self.gateway.tls_cert_file else "http"
+        return f"{scheme}://{self.gateway.host}:{self.gateway.port}"
+
+    @property
+    def gateway_verify(self) -> ssl.SSLContext | bool:
+        """What a local client trusts for the gateway's certificate: the certificate itself (self-signed or with
+        its chain) when the gateway serves HTTPS."""
+        return ssl.create_default_context(cafile=self.gateway.tls_cert_file) if self.gateway.tls_cert_file else True
 
     @property
     def runtime_url(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -32,8 +33,10 @@ from cascade.events.bindings import http as ce_http
 from cascade.events.bus import EventBus
 from cascade.events.bus.batching import GroupCommitter
 from cascade.events.dedup import DeliveryLog
+from cascade.events.edge import Feed
 from cascade.events.envelope import check_event, new_event
 from cascade.events.gateway import webhooks
+from cascade.events.gateway.edge import add_edge_routes
 from cascade.events.gateway.errors import Forbidden, problem
 from cascade.events.gateway.jobs import Jobs
 from cascade.events.gateway.metrics import GatewayMetrics
@@ -110,13 +113,14 @@ class Gateway:
 def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | None = None,
                topic: str = "cascade.events", *, platform_token: str = "", check_job: JobCheck | None = None,
                hosts: Sequence[str] = LOCAL_HOSTS, poke: Callable[[str], None] | None = None,
-               public_url: str = "") -> FastAPI:
+               public_url: str = "", open_artifact: Callable[[str], Path] | None = None) -> FastAPI:
     """The gateway application over a bus and a state store, behind the HTTP guard.
 
     ``platform_token`` is the credential the platform's own parts publish with; ``check_job``
     (the training backend's job policy) refuses a submission it could never run; ``hosts`` are
     the names the ``Host`` header may carry; ``poke`` tells the labelling reconciler a connected
-    tool sent a webhook; ``public_url`` is where the tools reach this gateway.
+    tool sent a webhook; ``public_url`` is where the tools reach this gateway; ``open_artifact`` turns a
+    release's artifact URI into the local file edge agents download (None: the edge path serves no artifacts).
     """
     gw = Gateway(bus, store, settings or GatewaySettings(), topic, platform_token, check_job, poke)
     public_url = public_url or f"http://{gw.settings.host}:{gw.settings.port}"
@@ -322,6 +326,8 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
                           source="/cascade/api/experiments", subject=experiment_id, partitionkey=experiment_id,
                           extensions={"project": project})
         return {"experimentId": experiment_id, **await gw.publish("/v1/experiments", project, [event])}
+
+    add_edge_routes(app, Feed(store), gw.publish, open_artifact)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:

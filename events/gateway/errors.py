@@ -21,7 +21,16 @@ from cascade.core.errors import (
 )
 from cascade.events.bindings.http import UnsupportedMediaType
 
-__all__ = ["Forbidden", "RateLimited", "TooLarge", "Unauthorized", "problem", "status_of"]
+__all__ = ["Conflict", "Forbidden", "RangeNotSatisfiable", "RateLimited", "TooLarge", "Unauthorized", "problem",
+           "status_of"]
+
+
+class Conflict(InvalidInput):
+    """The request is well formed but the resource cannot answer it as asked (409)."""
+
+
+class RangeNotSatisfiable(InvalidInput):
+    """A byte range past the end of what is served (416)."""
 
 
 class RateLimited(InvalidInput):
@@ -41,6 +50,8 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (SchemaViolation, 422),
     (UnknownEventType, 422),
     (RateLimited, 429),
+    (Conflict, 409),
+    (RangeNotSatisfiable, 416),
     (InvalidInput, 400),
     (RetryableError, 503),
 ]

@@ -19,6 +19,12 @@ def open_target(cfg: Settings) -> DeployTarget:
 
         matcher = Matcher(Inventory.load(cfg.training.inventory)) if cfg.training.inventory else None
         return KServeTarget(api_client(), cfg.training.namespace_prefix, matcher=matcher)
+    if cfg.serving.target == "deployment":
+        from cascade.core.kube import api_client
+        from cascade.serving.targets.deployment import DeploymentTarget
+
+        return DeploymentTarget(api_client(), cfg.training.namespace_prefix,
+                                storage_initializer=cfg.serving.storage_initializer)
     if cfg.serving.target == "local":
         from cascade.core.credentials import platform_token
         from cascade.serving.artifacts import ArtifactPolicy
@@ -26,4 +32,4 @@ def open_target(cfg: Settings) -> DeployTarget:
 
         return LocalTarget(cfg.runtime_url, cfg.model_cache, ArtifactPolicy.from_settings(cfg), cfg.serving.annotations,
                            token=platform_token(cfg.home))
-    raise InvalidInput(f"deploy target {cfg.serving.target!r}: use local or kserve", field="serving.target")
+    raise InvalidInput(f"deploy target {cfg.serving.target!r}: use local, kserve or deployment", field="serving.target")

@@ -1,8 +1,8 @@
 """The DeployTarget protocol: where a released model version is made to serve.
 
-Two implementations ship and pass ``tests/contract/test_deploy_target_contract.py``: ``local``
-(the runtime's scale-to-zero model servers) and ``kserve`` (an InferenceService, applied
-server-side). ``deploy-model`` turns a ``model.released`` into a :class:`Release`, asks the
+Three implementations ship and pass ``tests/contract/test_deploy_target_contract.py``: ``local``
+(the runtime's scale-to-zero model servers), ``kserve`` (an InferenceService, applied
+server-side) and ``deployment`` (a Deployment per version behind one Service, without KServe). ``deploy-model`` turns a ``model.released`` into a :class:`Release`, asks the
 target, and answers ``model.deployed`` or ``model.deploy_failed`` from what it returns.
 """
 

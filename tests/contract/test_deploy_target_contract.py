@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from cascade.core.asgi import ServerThread
 from cascade.core.credentials import platform_token
@@ -25,6 +26,7 @@ from cascade.serving import kserve
 from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.runtime.activator import Runtime
 from cascade.serving.targets import DeployFailed, DeployTarget, Release
+from cascade.serving.targets.deployment import DeploymentTarget
 from cascade.serving.targets.kserve import KServeTarget
 from cascade.serving.targets.local import LocalTarget
 from cascade.stores.sqlite import SqliteStore
@@ -74,9 +76,39 @@ class KServeDriver:
         self.operator.stop()
 
 
-@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.slow), "kserve"])  # local loads real models
+class DeploymentDriver:
+    """The plain Deployment target; a stand-in Deployment controller makes every replica available, except for
+    an artifact called broken, whose rollout passes its progress deadline."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.prefix = cluster, unique("t") + "-"
+        namespace = cluster.namespace(f"{self.prefix}team")
+        self.operator = Operator(cluster, "apps", "v1", "deployments", namespace, self.decide)
+        self.target = self.restart()
+
+    @staticmethod
+    def decide(obj: dict[str, Any]) -> dict[str, Any]:
+        init = obj["spec"]["template"]["spec"]["initContainers"][0]
+        if "broken" in init["args"][0]:
+            return {"conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                    "message": "ReplicaSet has timed out progressing."}]}
+        replicas = int(obj["spec"].get("replicas") or 0)
+        return {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
+                "updatedReplicas": replicas}
+
+    def restart(self) -> DeployTarget:
+        return DeploymentTarget(self.cluster.api, self.prefix, timeout=30, poll=0.05)
+
+    def close(self) -> None:
+        self.operator.stop()
+
+
+DRIVERS = {"kserve": KServeDriver, "deployment": DeploymentDriver}
+
+
+@pytest.fixture(params=[pytest.param("local", marks=pytest.mark.slow), "kserve", "deployment"])  # local loads models
 def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    d = LocalDriver(tmp_path) if request.param == "local" else KServeDriver(request.getfixturevalue("cluster"))
+    d = LocalDriver(tmp_path) if request.param == "local" else DRIVERS[request.param](request.getfixturevalue("cluster"))
     yield d
     d.close()
 
@@ -119,3 +151,23 @@ class TestDeployTargetContract:
         assert driver.target.withdraw("m", "1", "team") == {"3": 100}, "the previous withdrawn: the canary takes all"
         assert driver.target.withdraw("m", "3", "team") == {}
         assert driver.target.serving("m", "team") == {}
+
+
+def test_the_deployment_target_splits_by_replicas_and_keeps_a_zero_canary_out_of_the_service(
+        cluster: Cluster, tmp_path: Path) -> None:
+    d = DeploymentDriver(cluster)
+    try:
+        d.target.deploy(release(models.torchscript(tmp_path, bias=0.0), "1"))
+        d.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "2", canary=20))
+        namespace = f"{d.prefix}team"
+        pods = {x.metadata.labels["cascade.io/version"]: x.spec.replicas
+                for x in k8s.AppsV1Api(cluster.api).list_namespaced_deployment(namespace).items}
+        assert pods == {"1": 4, "2": 1}, "a 20 % canary is one pod in five"
+        d.target.deploy(release(models.torchscript(tmp_path, bias=50.0), "3", canary=0))
+        deployment = k8s.AppsV1Api(cluster.api).read_namespaced_deployment("m-v3", namespace)
+        service = k8s.CoreV1Api(cluster.api).read_namespaced_service("m", namespace)
+        assert deployment.spec.template.metadata.labels["cascade.io/serves"] == "no"
+        assert service.spec.selector["cascade.io/serves"] == "yes", "the service never selects a 0 % canary"
+        assert d.target.serving("m", "team") == {"1": 100}, "a new canary replaces the old one, as on KServe"
+    finally:
+        d.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -62,12 +63,13 @@ class Running:
         return source.name
 
 
-def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why: Callable[[], str]) -> None:
+def wait_ready(proc: subprocess.Popen[Any], urls: list[str], timeout: float, why: Callable[[], str],
+               verify: ssl.SSLContext | bool = True) -> None:
     """Until every URL answers 200; fails at once if ``proc`` exits (``why()`` says what it printed)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if all(httpx.get(url).status_code == 200 for url in urls):
+            if all(httpx.get(url, verify=verify).status_code == 200 for url in urls):
                 return
         except httpx.HTTPError:
             pass
@@ -94,12 +96,14 @@ def cascade_up(home: Path, *args: str, fast: bool = True, python: str = sys.exec
     with log.open("w") as out:
         proc = subprocess.Popen([*command, "up", *args], env=full, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
                                 start_new_session=True)  # its own process group: a fault test can kill the tree
-    running = Running(full, *(f"http://127.0.0.1:{ports[n]}" for n in ("gateway", "runtime", "dashboard")), log, proc,
-                      command, cwd)
+    cert = full.get("CASCADE_GATEWAY__TLS_CERT_FILE", "")  # an HTTPS gateway: trust its self-signed certificate
+    running = Running(full, f"{'https' if cert else 'http'}://127.0.0.1:{ports['gateway']}",
+                      *(f"http://127.0.0.1:{ports[n]}" for n in ("runtime", "dashboard")), log, proc, command, cwd)
     try:
         urls = {"gateway": f"{running.gateway}/readyz", "runtime": f"{running.runtime}/readyz",
                 "dashboard": running.dashboard}
-        wait_ready(proc, [urls[name] for name in wait_for], 90, lambda: log.read_text()[-3000:])
+        wait_ready(proc, [urls[name] for name in wait_for], 90, lambda: log.read_text()[-3000:],
+                   ssl.create_default_context(cafile=cert) if cert else True)
         yield running
     finally:
         if proc.poll() is None:

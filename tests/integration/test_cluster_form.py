@@ -64,7 +64,7 @@ def test_the_example_overlay_applies_and_moves_every_kafka_address(installed: Cl
     sinks = [d for d in docs if d["kind"] == "KafkaSink"]
     assert sinks and all(s["spec"]["bootstrapServers"] == [address] for s in sinks)
     pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Service", "Deployment")]
-    assert len(pods) == 8  # the gateway, five functions, the job watcher and the S3 source
+    assert len(pods) == 9  # the gateway, six functions, the job watcher and the S3 source
     for pod in pods:
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["CASCADE_KAFKA_BOOTSTRAP"]["valueFrom"]["configMapKeyRef"] == {

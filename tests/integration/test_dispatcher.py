@@ -277,10 +277,16 @@ def test_two_dispatchers_share_a_trigger_and_deliver_each_event_once(bus: EventB
             consumers = [d.workers[t.name]._consumer for d in (one, two)]
             owned = [c.assignment() if c is not None else set() for c in consumers]
             return all(owned) and not owned[0] & owned[1]
-        eventually(split, 60, "the trigger's partitions split between the two dispatchers")
-        bus.publish_many(topic, [job(i, key=f"k{i}") for i in range(400)])
-        eventually(lambda: sum(d.stats()[t.name]["delivered"] for d in (one, two)) == 400, 60, "400 deliveries")
-        counts = [d.stats()[t.name]["delivered"] for d in (one, two)]
+        sent = 0
+        for _ in range(3):  # a member that missed its heartbeats on a loaded machine is rebalanced out: again
+            eventually(split, 60, "the trigger's partitions split between the two dispatchers")
+            bus.publish_many(topic, [job(i, key=f"k{i}") for i in range(sent, sent + 400)])
+            sent += 400
+            eventually(lambda: sum(d.stats()[t.name]["delivered"] for d in (one, two)) == sent, 60,  # noqa: B023
+                       f"{sent} deliveries")
+            counts = [d.stats()[t.name]["delivered"] for d in (one, two)]
+            if all(counts):
+                break
     ids = [json.loads(d.body)["jobId"] for d in sub.at("/shared")]
-    assert sorted(ids) == sorted(f"job-{i}" for i in range(400)), "each event once"
+    assert sorted(ids) == sorted(f"job-{i}" for i in range(sent)), "each event once"
     assert all(counts), f"both dispatchers delivered: {counts}"

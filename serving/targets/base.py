@@ -8,7 +8,7 @@ target, and answers ``model.deployed`` or ``model.deploy_failed`` from what it r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -76,3 +76,17 @@ class DeployTarget(Protocol):
     def restore(self, releases: list[Release]) -> list[str]:
         """After a restart: make the released versions serve again; the ``model:version`` that failed."""
         ...
+
+
+def deploy_each(target: DeployTarget, releases: list[Release],
+                present: Callable[[Release], bool] = lambda release: False) -> list[str]:
+    """``restore``'s loop: deploy each release not ``present`` already; the ``model:version`` that failed."""
+    failed = []
+    for release in releases:
+        if present(release):
+            continue
+        try:
+            target.deploy(release)
+        except DeployFailed:
+            failed.append(f"{release.model}:{release.version}")
+    return failed

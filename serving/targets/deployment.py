@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 
 from cascade.core.kube import explain
 from cascade.serving import kserve
-from cascade.serving.targets.base import Deployed, DeployFailed, Release
+from cascade.serving.targets.base import Deployed, DeployFailed, Release, deploy_each
 
 FIELD_MANAGER = "cascade"
 TRAFFIC = "cascade.io/traffic"
@@ -226,12 +226,4 @@ class DeploymentTarget:
 
     def restore(self, releases: list[Release]) -> list[str]:
         """Deployments outlive Cascade: only missing ones are applied again."""
-        failed = []
-        for release in releases:
-            if release.version in self._deployments(self.namespace(release.project), release.model):
-                continue
-            try:
-                self.deploy(release)
-            except DeployFailed:
-                failed.append(f"{release.model}:{release.version}")
-        return failed
+        return deploy_each(self, releases, lambda r: r.version in self._deployments(self.namespace(r.project), r.model))

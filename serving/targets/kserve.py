@@ -20,7 +20,7 @@ from cascade.scheduling.accelerators import parse
 from cascade.scheduling.matcher import Matcher
 from cascade.scheduling.placement import Job
 from cascade.serving import kserve
-from cascade.serving.targets.base import Deployed, DeployFailed, Release
+from cascade.serving.targets.base import Deployed, DeployFailed, Release, deploy_each
 
 FIELD_MANAGER = "cascade"
 FRAMEWORK = {"sklearn": "sklearn", "xgboost": "xgboost", "tensorflow": "tensorflow"}  # the rest run on PyTorch
@@ -122,12 +122,4 @@ class KServeTarget:
 
     def restore(self, releases: list[Release]) -> list[str]:
         """InferenceServices outlive Cascade: only those missing are applied again."""
-        failed = []
-        for release in releases:
-            if self._get(self.namespace(release.project), release.model) is not None:
-                continue
-            try:
-                self.deploy(release)
-            except DeployFailed:
-                failed.append(f"{release.model}:{release.version}")
-        return failed
+        return deploy_each(self, releases, lambda r: self._get(self.namespace(r.project), r.model) is not None)

@@ -17,7 +17,7 @@ from cascade.core.credentials import auth_header
 from cascade.core.errors import CascadeError
 from cascade.serving import artifacts
 from cascade.serving.artifacts import ArtifactPolicy
-from cascade.serving.targets.base import Deployed, DeployFailed, Release
+from cascade.serving.targets.base import Deployed, DeployFailed, Release, deploy_each
 
 
 class LocalTarget:
@@ -78,10 +78,4 @@ class LocalTarget:
         return self.serving(model, project)
 
     def restore(self, releases: list[Release]) -> list[str]:
-        failed = []
-        for release in releases:
-            try:
-                self.deploy(release)
-            except DeployFailed:
-                failed.append(f"{release.model}:{release.version}")
-        return failed
+        return deploy_each(self, releases)

@@ -179,10 +179,11 @@ class Feed:
             return False
         return selects(entry.get("selector"), labels)
 
-    def for_cluster(self, cluster: str, labels: Mapping[str, str], after: int) -> tuple[list[dict[str, Any]], int]:
-        """The entries after ``after`` this cluster sees, and the head they were read up to."""
-        head = self.head()
-        return [e for e in self.entries(after, head) if self.sees(e, cluster, labels)], head
+    def for_cluster(self, cluster: str, labels: Mapping[str, str], after: int,
+                    limit: int = 500) -> tuple[list[dict[str, Any]], int]:
+        """The entries after ``after`` (at most ``limit`` read) this cluster sees, and where reading stopped."""
+        upto = min(self.head(), after + limit)
+        return [e for e in self.entries(after, upto) if self.sees(e, cluster, labels)], upto
 
     # -- what the edge-feed function does with each event ------------------------------------
     def ingest(self, event: CloudEvent) -> None:
@@ -210,7 +211,8 @@ class Feed:
                                                         "wave": 0, "status": "running" if plan else "done",
                                                         "results": {}, "event": wire, "selector": selector,
                                                         "started": now()})
-        seq = self._append({"event": wire, "selector": selector, "clusters": plan[0] if plan else None,
+        first = None if plan is None else (plan[0] if plan else [])  # a rollout over no cluster reaches none
+        seq = self._append({"event": wire, "selector": selector, "clusters": first,
                             "wave": 0 if plan is not None else None})
         self.store.put_record("edge-feed-id", str(event["id"]), {"seq": seq})
 

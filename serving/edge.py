@@ -90,7 +90,10 @@ class RemoteLink:
                 elif line.startswith("data:"):
                     data += line[5:].strip()
                 elif not line and data:
-                    batch.append((seq, ce_http.parse({"content-type": ce_http.STRUCTURED}, data.encode())[0]))
+                    try:
+                        batch.append((seq, ce_http.parse({"content-type": ce_http.STRUCTURED}, data.encode())[0]))
+                    except InvalidEvent as exc:  # not a release this agent can read: pass over it, say so
+                        log.warning("release feed entry %d is not a CloudEvent (%s); skipped", seq, exc)
                     data = ""
 
     def send(self, events: list[CloudEvent]) -> None:

@@ -110,3 +110,15 @@ def test_byte_ranges() -> None:
     for bad in ("bytes=a-b", "items=0-1", "bytes=0-1,4-5", "bytes=5"):
         with pytest.raises(InvalidInput):
             byte_range(bad, 100)
+
+
+def test_a_long_feed_is_read_in_pages_and_a_rollout_over_nobody_reaches_nobody(tmp_path: Path) -> None:
+    feed = Feed(SqliteStore(tmp_path / "state.db"))
+    feed.ingest(released("1", rollout={"percent": [100]}))  # no cluster registered yet
+    for i in range(2, 8):
+        feed.ingest(released(str(i)))
+    feed.clusters.register("late", {})
+    page, upto = feed.for_cluster("late", {}, 0, limit=3)
+    assert upto == 3 and [e["seq"] for e in page] == [2, 3], "the rollout's entry reached no cluster"
+    page, upto = feed.for_cluster("late", {}, upto, limit=3)
+    assert upto == 6 and [e["seq"] for e in page] == [4, 5, 6]

@@ -115,10 +115,13 @@ class Workers:
                                  str(self._lifeline_r)], stdin=subprocess.PIPE, env=env,
                                 pass_fds=(self.sock.fileno(), self._lifeline_r))
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps({"settings": self.cfg.model_dump(mode="json"),
-                                     "poke": self.pokes.address if self.pokes else "",
-                                     "secret": self.pokes.secret if self.pokes else ""}).encode())
-        proc.stdin.close()
+        try:
+            proc.stdin.write(json.dumps({"settings": self.cfg.model_dump(mode="json"),
+                                         "poke": self.pokes.address if self.pokes else "",
+                                         "secret": self.pokes.secret if self.pokes else ""}).encode())
+            proc.stdin.close()
+        except OSError as exc:  # it died before reading its settings: the watcher starts it again
+            log.warning("gateway worker %d did not take its settings (%s)", i, exc)
         self.procs[i] = proc
 
     def start(self) -> Workers:

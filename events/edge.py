@@ -254,10 +254,15 @@ class Feed:
         status.update({k: v for k, v in fields.items() if v is not None}, lastContact=now(), contact=time.time())
         self.store.put_record("edge-status", cluster, status)
 
-    def fleet(self) -> list[dict[str, Any]]:
-        """Per cluster: labels, desired and actual versions, last contact, lag (feed entries it has yet to see)."""
+    def fleet(self, beats: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Per cluster: labels, desired and actual versions, last contact, lag (feed entries it has yet to see).
+        ``beats``: the latest heartbeat of each agent on the bus (cluster -> its data, with ``time``)."""
         registered = {c["name"]: c for c in self.clusters.all()}
         statuses = {s["cluster"]: s for s in self.store.find_records("edge-status")}
+        for name, beat in (beats or {}).items():
+            if name not in registered:
+                statuses[name] = {**statuses.get(name, {}), "cluster": name, "labels": beat.get("labels") or {},
+                                  "serving": beat.get("serving") or {}, "lastContact": str(beat.get("time", ""))}
         entries = self.entries(0)
         out = []
         for name in sorted(set(registered) | set(statuses)):

@@ -350,13 +350,26 @@ def edge_agent(
 @edge_app.command("ls")
 def edge_ls() -> None:
     """Edge clusters: how each is reached, desired and actual versions, last contact, lag; staged rollouts."""
+    import uuid
+
     from rich.table import Table
 
-    from cascade.events.edge import Feed
+    from cascade.events.dispatcher.deadletters import read_to_end
+    from cascade.events.edge import HEARTBEAT, Feed
+    from cascade.serving.edge import fleet
 
-    feed = Feed(wiring.store(settings()))
+    cfg = settings()
+    beats = []  # agents on the bus say who they are there
+    for record in read_to_end(wiring.bus(cfg), cfg.bus.topic, f"cascade-edge-ls-{uuid.uuid4().hex}", 30):
+        try:
+            event = record.event()
+        except CascadeError:
+            continue
+        if event["type"] == HEARTBEAT:
+            beats.append(event)
+    feed = Feed(wiring.store(cfg))
     table = Table("cluster", "labels", "link", "desired", "serving", "last contact", "lag")
-    for row in feed.fleet():
+    for row in feed.fleet(fleet(beats)):
         table.add_row(row["cluster"], ",".join(f"{k}={v}" for k, v in row["labels"].items()), row["mode"],
                       ", ".join(f"{m}:{v}" for m, v in sorted(row["desired"].items())),
                       ", ".join(f"{m}:{v}" for m, v in sorted(row["serving"].items())),

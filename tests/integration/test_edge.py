@@ -133,3 +133,10 @@ def test_releases_reach_the_right_clusters_refuse_corruption_and_catch_up_once(f
     assert eu2 == [("deployed", "1"), ("deploy_failed", "2"), ("deployed", "4")], eu2
     assert fleet.version("eu-2") == "4" and fleet.version("eu-1") == "4"
     assert not [e for e in seen if e.get_data()["cluster"] == "us-1"]
+    env = {**os.environ, "CASCADE_HOME": str(fleet.tmp / "home"), "CASCADE_BUS__URL": f"kafka://{KAFKA}",
+           "CASCADE_BUS__TOPIC": fleet.topic}
+    listing = subprocess.run([sys.executable, "-m", "cascade.cli", "edge", "ls"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    rows = {line.split()[1]: line for line in listing.stdout.splitlines() if "-1 " in line or "eu-2" in line}
+    assert set(rows) >= {"eu-1", "eu-2", "us-1"} and "kafka" in rows["us-1"], listing.stdout
+    assert f"{MODEL}:4" in rows["eu-2"], listing.stdout

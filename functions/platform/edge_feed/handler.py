@@ -1,6 +1,7 @@
 """edge-feed: model.released -> an entry on the release feed remote edge agents follow; their
-model.deployed / model.deploy_failed open a staged rollout's next wave or halt it; heartbeats
--> the fleet's status (``cascade edge ls``)."""
+model.deployed / model.deploy_failed open a staged rollout's next wave or halt it. (Heartbeats do
+not come here: the gateway records a remote agent's itself, and `cascade edge ls` reads those of
+agents on the bus from the bus, so the function can scale to zero between releases.)"""
 
 from __future__ import annotations
 

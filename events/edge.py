@@ -192,10 +192,6 @@ class Feed:
             self._released(event)
         elif kind in (DEPLOYED, FAILED) and (event.get_data() or {}).get("target") == "edge":
             self._outcome(event)
-        elif kind == HEARTBEAT:
-            d = event.get_data() or {}
-            self.note(str(d["cluster"]), serving=d.get("serving") or {}, labels=d.get("labels"),
-                      position=d.get("position"), offline=d.get("offline"), endpoint=d.get("endpoint"))
 
     def _released(self, event: CloudEvent) -> None:
         if self.store.get_record("edge-feed-id", str(event["id"])):

@@ -24,9 +24,9 @@ from cloudevents.http import CloudEvent
 
 from cascade.core.hashing import sha256_file
 from cascade.core.settings import Settings
+from cascade.events.edge import selects
 from cascade.events.envelope import follow_up
 from cascade.events.expressions import Expression
-from cascade.serving.edge import selects
 from cascade.serving.registry import LIVE, Registry, traffic_after
 from cascade.serving.targets import DeployFailed, DeployTarget, Release, open_target
 from cascade.stores import open_store

@@ -45,7 +45,7 @@ from cascade.serving.artifacts import ArtifactPolicy
 from cascade.serving.targets.base import DeployFailed, DeployTarget, Release
 from cascade.stores.sqlite import SqliteStore
 
-__all__ = ["EdgeAgent", "RemoteLink", "fleet", "selects"]
+__all__ = ["EdgeAgent", "RemoteLink", "fleet"]
 
 log = logging.getLogger(__name__)
 RELEASED = event_type("model.released")

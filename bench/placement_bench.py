@@ -1,6 +1,8 @@
 """Placement benchmark: 10,000 jobs on a synthetic 1,000-node heterogeneous inventory.
 
-The same arrival trace (arrivals and completions) is replayed twice: naive first-fit (first
+Two request mixes: ``balanced`` (a third of the jobs ask for a share of a card) and ``shared``
+(most do, as where notebooks, evaluations and small fine-tunes run beside training). For each,
+the same arrival trace (arrivals and completions) is replayed twice: naive first-fit (first
 node with room, a fraction takes a whole card) with a strict FIFO queue, the baseline; and the
 real scheduling path, the ledger (``cascade.scheduling.ledger``: best-fit placement, bookings
 and the wait queue in a SQLite state store, admission at every completion). Reported:
@@ -31,8 +33,14 @@ from cascade.stores.sqlite import SqliteStore
 
 FLAVORS = [("t4", "nvidia", "T4", 16, 400, 4), ("v100", "nvidia", "V100", 32, 150, 8),
            ("a100", "nvidia", "A100", 80, 250, 8), ("ascend", "npu", "910B", 64, 150, 8), ("cpu", "cpu", "", 0, 50, 0)]
-REQUESTS = [("0.25", 0.12), ("0.5", 0.13), ("8G,0.5", 0.10), ("1", 0.25), ("2", 0.12), ("4", 0.08), ("8", 0.05),
-            ("1(A100)", 0.05), ("1(npu,910B)", 0.04), ("4(npu,910B)", 0.03), ("0", 0.03)]
+MIXES = {  # request -> share of the jobs
+    # a third of the jobs ask for a share of a card
+    "balanced": [("0.25", 0.12), ("0.5", 0.13), ("8G,0.5", 0.10), ("1", 0.25), ("2", 0.12), ("4", 0.08), ("8", 0.05),
+                 ("1(A100)", 0.05), ("1(npu,910B)", 0.04), ("4(npu,910B)", 0.03), ("0", 0.03)],
+    # most jobs ask for a share (notebooks, small fine-tunes and evaluations beside the training runs)
+    "shared": [("0.25", 0.25), ("0.5", 0.20), ("8G,0.5", 0.15), ("1", 0.15), ("2", 0.07), ("4", 0.05), ("8", 0.04),
+               ("1(A100)", 0.03), ("1(npu,910B)", 0.02), ("4(npu,910B)", 0.02), ("0", 0.02)],
+}
 
 
 def inventory() -> Inventory:
@@ -41,9 +49,9 @@ def inventory() -> Inventory:
          "sharing": "none" if v == "npu" else "hami"} for n, v, m, mem, count, cards in FLAVORS]})
 
 
-def trace(n: int, seed: int, gap: float) -> list[tuple[float, Job, float]]:
+def trace(n: int, seed: int, gap: float, mix: str = "balanced") -> list[tuple[float, Job, float]]:
     rng = random.Random(seed)
-    texts, weights = zip(*REQUESTS)
+    texts, weights = zip(*MIXES[mix])
     jobs, now = [], 0.0
     for i in range(n):
         now += rng.expovariate(1 / gap)
@@ -205,13 +213,11 @@ def simulate_ledger(jobs: list[tuple[float, Job, float]], naive: bool, folder: P
             "queued": sum(1 for w in waits if w > 0)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--gap", type=float, default=0.014, help="mean seconds between arrivals (offered load)")
-    args = parser.parse_args()
-    jobs = trace(args.jobs, args.seed, args.gap)
+GAPS = {"balanced": 0.014, "shared": 0.010}  # mean seconds between arrivals: the ledger's queue forms in both
+
+
+def run(mix: str, n: int, seed: int, gap: float) -> None:
+    jobs = trace(n, seed, gap, mix)
     naive = simulate(jobs, naive=True)
     with tempfile.TemporaryDirectory() as folder:
         smart = simulate_ledger(jobs, False, Path(folder))
@@ -219,16 +225,28 @@ def main() -> None:
              r["utilisation"] * 100, r["busy"] * 100, r["busy_gpu"] * 100, r["queued"], r["wait_mean"], r["wait_p99"],
              r["end"]]
             for name, r in (("first-fit, strict FIFO (baseline)", naive), ("ledger, cascade matcher", smart))]
-    print(table(f"{args.jobs} jobs on {sum(f[4] for f in FLAVORS)} nodes "
-                f"({sum(f[4] * f[5] for f in FLAVORS)} accelerator cards), same trace with arrivals and completions",
+    print(table(f"{mix} mix: {n} jobs on {sum(f[4] for f in FLAVORS)} nodes "
+                f"({sum(f[4] * f[5] for f in FLAVORS)} accelerator cards), a job every {gap * 1000:g} ms on average, "
+                "same trace with arrivals and completions",
                 ["scheduler", "placed", "sched s", "of it store s", "us/job", "util %", "util % while queued",
                  "GPU util % while queued", "queued", "wait mean", "wait p99", "makespan"], rows))
-    print(f"cascade's ledger against the baseline: utilisation {smart['utilisation'] / naive['utilisation']:.2f}x "
+    print(f"{mix} mix, cascade's ledger against the baseline: utilisation {smart['utilisation'] / naive['utilisation']:.2f}x "
           f"overall, {smart['busy'] / max(naive['busy'], 1e-9):.2f}x while jobs wait (GPUs alone "
           f"{smart['busy_gpu'] / max(naive['busy_gpu'], 1e-9):.2f}x); mean queueing delay "
           f"{smart['wait_mean']:.2f} s against {naive['wait_mean']:.2f} s; scheduler time "
           f"{smart['seconds']:.2f} s for {smart['placed']} jobs ({smart['seconds'] - smart['store']:.2f} s "
-          f"deciding, {smart['store']:.2f} s in the store)")
+          f"deciding, {smart['store']:.2f} s in the store)\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--mix", choices=[*MIXES, "both"], default="both")
+    parser.add_argument("--gap", type=float, help="mean seconds between arrivals (offered load; default per mix)")
+    args = parser.parse_args()
+    for mix in MIXES if args.mix == "both" else [args.mix]:
+        run(mix, args.jobs, args.seed, args.gap or GAPS[mix])
 
 
 if __name__ == "__main__":

@@ -104,6 +104,8 @@ class Ledger:
         self._mutex = threading.RLock()
         self._last_seq = 0
         self._touched = False  # whether self.matcher has been booked on since it was copied
+        self._full_pass = True  # whether the next admission pass must try every flavor (see _admit)
+        self._never: dict[tuple[Any, ...], dict[str, str] | None] = {}  # shape -> why it never fits (None: it can)
 
     # -- decisions and the shared view ----------------------------------------------------------------
     def _decide(self, body: Callable[[], T]) -> T:
@@ -156,6 +158,7 @@ class Ledger:
             self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
         self._touched = True
         self.booked, self.tickets, self.waiting, self.shapes = {}, {}, {}, {}
+        self._full_pass = True
         for rec in self.store.find_records("booking"):
             placement = self._placement(rec)
             if placement is not None:
@@ -236,6 +239,8 @@ class Ledger:
     def _may_reclaim(self, job: Job) -> bool:
         """Whether the job's project is in a cohort and the job stays within the project's own quota."""
         inv = self.matcher.inventory
+        if not inv.cohorts:
+            return False
         vendor = self.matcher.vendor_of(job)
         quota = inv.quotas.get(job.project, {}).get(vendor)
         need = job.workers * (job.request.count if job.request.share else job.request.cards)
@@ -292,7 +297,7 @@ class Ledger:
             try:
                 placement = self.matcher.place(job)
             except NoFit as now:
-                self.capacity.place(job)  # NoFit here: not even the empty inventory takes it
+                self._ever_fits(job)  # NoFit here: not even the empty inventory takes it
                 reclaimed = self._reclaim(job)
                 if reclaimed is None:
                     waiting = Waiting(job, priority, ticket.seq, now.reasons, ticket.since, ticket.payload)
@@ -302,6 +307,19 @@ class Ledger:
             self._take(placement, ticket)
             return placement
         return self._decide(decide)
+
+    def _ever_fits(self, job: Job) -> None:
+        """NoFit if not even the empty inventory takes the job (remembered per shape: the answer never changes)."""
+        kind = shape(job)
+        if kind not in self._never:
+            try:
+                self.capacity.place(job)
+                self._never[kind] = None
+            except NoFit as exc:
+                self._never[kind] = exc.reasons
+        reasons = self._never[kind]
+        if reasons is not None:
+            raise NoFit(job, reasons)
 
     def evictions(self) -> list[str]:
         """The jobs preempted since the last call (back in their queues): their runs must be stopped."""
@@ -324,6 +342,7 @@ class Ledger:
         def decide() -> None:
             ticket = self.tickets.get(job_id)
             placement = self._free(job_id)
+            self._full_pass = True  # room came back and no admission pass follows
             if placement is not None and ticket is not None:
                 self._wait(Waiting(placement.job, ticket.priority, ticket.seq, {"launch": why}, ticket.since,
                                    ticket.payload))
@@ -342,10 +361,15 @@ class Ledger:
         heads = [(line[0], kind) for kind, line in self.shapes.items()
                  if freed is None or self._could_use(self.waiting[line[0][2]].job, freed)]
         heapq.heapify(heads)
+        # Every head was tried after the last change but this release, so only the freed flavor can take one now;
+        # quotas (freed for every flavor) and a change that no pass followed (a requeue, a rebuild) need them all.
+        only = None if freed is None or self._full_pass or self.matcher.inventory.quotas \
+            or self.matcher.inventory.cluster_quotas else freed.flavor
+        self._full_pass = False
         while heads:
             (_, _, job_id), kind = heapq.heappop(heads)
             waiting = self.waiting[job_id]
-            placement = self.matcher.fits(waiting.job)
+            placement = self.matcher.fits(waiting.job, only)
             if placement is None and not self._may_reclaim(waiting.job):
                 continue  # its shape is blocked for this pass
             if not wanted(waiting):

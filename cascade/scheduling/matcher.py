@@ -52,6 +52,22 @@ class FreeIndex:
             return node, index
         return None
 
+    def fill(self, want: int, workers: int) -> list[tuple[Node, list[int], float]] | None:
+        """Best fit for several workers of ``want`` whole cards each: each worker goes to the node with the fewest
+        idle cards that still has ``want``, which fills one node before it opens the next."""
+        if self.slots(want) < workers:
+            return None  # not even with every node's idle cards
+        slots: list[tuple[Node, list[int], float]] = []
+        for k in sorted(k for k, nodes in self.by_idle.items() if nodes and k >= want):
+            for node in self.by_idle[k].values():
+                idle = [i for i, f in enumerate(node.free) if f >= 1 - EPS]
+                while len(idle) >= want and len(slots) < workers:
+                    slots.append((node, idle[:want], 1.0))
+                    idle = idle[want:]
+                if len(slots) == workers:
+                    return slots
+        return None
+
     def slots(self, want: int) -> int:
         """How many workers of ``want`` whole cards the flavor could take at most."""
         return sum(len(nodes) * (k // want) for k, nodes in self.by_idle.items() if k >= want)
@@ -64,6 +80,8 @@ class Matcher:
     def __init__(self, inventory: Inventory, *, default_vendor: str = "nvidia", naive: bool = False) -> None:
         self.inventory, self.default_vendor, self.naive = inventory, default_vendor, naive
         self._indexes: dict[str, FreeIndex | None] = {}
+        self._static: dict[tuple[object, ...], str | None] = {}  # (flavor, kind of job) -> its fixed reason
+        self._usable: dict[tuple[object, ...], list[Flavor]] = {}  # (queue, kind of job) -> flavors it may use
 
     def _index(self, flavor: Flavor) -> FreeIndex | None:
         if flavor.name not in self._indexes:
@@ -74,7 +92,20 @@ class Matcher:
     def vendor_of(self, job: Job) -> str:
         return "cpu" if job.request.none else (job.request.vendor or self.default_vendor)
 
+    def _fixed(self, flavor: Flavor, job: Job) -> str | None:
+        """Why a job of this kind can never use the flavor (cached: the inventory's flavors do not change)."""
+        key = (flavor.name, job.request.raw, job.framework, job.rdma, job.min_memory_gib)
+        if key not in self._static:
+            self._static[key] = self._fixed_reason(flavor, job)
+        return self._static[key]
+
     def _reason(self, flavor: Flavor, job: Job) -> str | None:
+        fixed = self._fixed(flavor, job)
+        if fixed is not None or not (self.inventory.quotas or self.inventory.cluster_quotas):
+            return fixed
+        return self._quota(job, self.vendor_of(job), flavor.cluster)
+
+    def _fixed_reason(self, flavor: Flavor, job: Job) -> str | None:
         req, vendor = job.request, self.vendor_of(job)
         if flavor.vendor != vendor:
             return f"wrong vendor: the job wants {vendor}, this flavor is {flavor.vendor}"
@@ -90,7 +121,7 @@ class Matcher:
         have = flavor.memory_gib * (req.count if req.share else 1)
         if need and vendor != "cpu" and need > have + EPS:
             return f"not enough memory: needs {need:g} GiB per card, this flavor gives {have:g} GiB"
-        return self._quota(job, vendor, flavor.cluster)
+        return None
 
     def _quota(self, job: Job, vendor: str, cluster: str = "") -> str | None:
         """Why the project's quota (with what its cohort lends), or its quota in the flavor's cluster, cannot
@@ -119,8 +150,8 @@ class Matcher:
         earlier worker of the same job took from are seen through an overlay, the rest as they are."""
         req = job.request
         index = self._index(flavor) if not req.none else None
-        if index is not None and job.workers > 1 and not req.share and index.slots(req.cards) < job.workers:
-            return None  # not even with every node's idle cards
+        if index is not None and job.workers > 1 and not req.share:
+            return index.fill(req.cards, job.workers)
         if index is not None and job.workers == 1:  # one worker, no host booking: a lookup
             if req.share:
                 hit = index.share(req.count)
@@ -171,17 +202,29 @@ class Matcher:
             slots.append((node, taken, amount))
         return slots
 
-    def fits(self, job: Job) -> Placement | None:
+    def _candidates(self, job: Job) -> list[Flavor]:
+        """The flavors of the job's queue, in order, that a job of its kind could ever use (quota aside)."""
+        key = (job.queue, job.request.raw, job.framework, job.rdma, job.min_memory_gib)
+        if key not in self._usable:
+            order = [self.inventory.flavors[n] for n in self.inventory.queues.get(job.queue, ())]
+            self._usable[key] = [f for f in order if self._fixed(f, job) is None]
+        return self._usable[key]
+
+    def fits(self, job: Job, only: Flavor | None = None) -> Placement | None:
         """``place`` without the reasons: None when nothing fits now (the scheduler's admission passes ask this
-        many times and need no explanation)."""
-        for name in self.inventory.queues.get(job.queue, ()):
-            flavor = self.inventory.flavors[name]
-            if self._reason(flavor, job) is None:
-                slots = self._fit(flavor, job)
-                if slots is not None:
-                    skipped = {n: self._reason(self.inventory.flavors[n], job) or "no room" for n in
-                               self.inventory.queues[job.queue][:self.inventory.queues[job.queue].index(name)]}
-                    return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), skipped)
+        many times and need no explanation). ``only``: try that flavor alone (the others are known to be full)."""
+        quotas = bool(self.inventory.quotas or self.inventory.cluster_quotas)
+        for flavor in self._candidates(job):
+            if only is not None and flavor is not only:
+                continue
+            if quotas and self._quota(job, self.vendor_of(job), flavor.cluster) is not None:
+                continue
+            slots = self._fit(flavor, job)
+            if slots is not None:
+                order = self.inventory.queues[job.queue]
+                skipped = {n: self._reason(self.inventory.flavors[n], job) or "no room"
+                           for n in order[:order.index(flavor.name)]}
+                return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), skipped)
         return None
 
     def place(self, job: Job) -> Placement:

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB NOT NULL, expires
 CREATE TABLE IF NOT EXISTS records(kind TEXT, id TEXT, doc TEXT NOT NULL, PRIMARY KEY(kind, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS record_index(kind TEXT, field TEXT, value TEXT, id TEXT,
     PRIMARY KEY(kind, field, value, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS record_index_by_id ON record_index(kind, id);
 """
 _LIVE = "(expires IS NULL OR expires > ?)"
 
@@ -140,10 +141,14 @@ class SqliteStore:
     def commit_records(self, guard: str, expected: bytes | None, new: bytes, puts: Sequence[RecordWrite],
                        deletes: Sequence[tuple[str, str]] = ()) -> bool:
         with self._tx() as c:
-            row = c.execute(f"SELECT value FROM kv WHERE key=? AND {_LIVE}", (guard, time.time())).fetchone()
-            if (None if row is None else bytes(row[0])) != expected:
-                return False
-            c.execute("INSERT OR REPLACE INTO kv VALUES(?,?,NULL)", (guard, new))
+            if expected is not None:  # one statement: the guard moves only from the value it was expected to hold
+                if c.execute(f"UPDATE kv SET value=?, expires=NULL WHERE key=? AND value=? AND {_LIVE}",
+                             (new, guard, expected, time.time())).rowcount != 1:
+                    return False
+            else:
+                if c.execute(f"SELECT 1 FROM kv WHERE key=? AND {_LIVE}", (guard, time.time())).fetchone():
+                    return False
+                c.execute("INSERT OR REPLACE INTO kv VALUES(?,?,NULL)", (guard, new))
             for kind, id in deletes:
                 self._delete_record(c, kind, id)
             for w in puts:

@@ -158,3 +158,23 @@ def test_a_job_whose_launch_failed_goes_back_to_its_place_and_is_admitted_again(
     assert [w["jobId"] for w in led.usage()["waiting"]] == ["first", "later"], "its old place, ahead of later"
     assert [a.placement.job.id for a in led.admit()] == ["first"], "4 cards: later's 8 do not fit beside it"
     assert ledger_view(store).tickets["first"].payload == {"spec": {"n": 1}}
+
+
+def test_an_admission_pass_after_a_requeue_tries_every_flavor_not_only_the_one_a_release_freed(
+        store: StateStore) -> None:
+    """Without quotas a release's pass tries only the freed flavor (the others were full at the last pass); a
+    requeue frees room with no pass after it, so the next pass must try them all, in the queue's order."""
+    two = Inventory.from_dict({"flavors": [
+        {"name": f, "vendor": "nvidia", "nodes": [{"name": f"{f}-node", "cards": 1}]} for f in ("first", "second")]})
+    led = Ledger(store, two)
+    one = [Job(name, parse("1")) for name in ("a", "b", "c")]
+    assert [getattr(led.book(j), "flavor").name for j in one[:2]] == ["first", "second"]
+    assert isinstance(led.book(one[2]), Waiting)
+    assert led.admit() == [], "a pass over every flavor: the next ones may try only what a release frees"
+    led.requeue("a", "the API server did not answer")  # "first" is free now, and a waits ahead of c
+    admitted = led.release("b")
+    assert [(a.placement.job.id, a.placement.flavor.name) for a in admitted] == [("a", "first"), ("c", "second")]
+    assert [(a.placement.job.id, a.placement.flavor.name) for a in led.release("c")] == []
+    assert getattr(led.book(Job("d", parse("1"))), "flavor").name == "second"
+    assert isinstance(led.book(Job("e", parse("1"))), Waiting)
+    assert [(a.placement.job.id, a.placement.flavor.name) for a in led.release("a")] == [("e", "first")]

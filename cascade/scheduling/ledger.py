@@ -127,7 +127,7 @@ class Ledger:
                 result = body()
                 if self._pending:
                     new = os.urandom(12).hex().encode()
-                    puts = [RecordWrite(kind, id, doc, ("project",)) for (kind, id), doc in self._pending.items()
+                    puts = [RecordWrite(kind, id, doc) for (kind, id), doc in self._pending.items()
                             if doc is not None]
                     deletes = [key for key, doc in self._pending.items() if doc is None]
                     done, version = self.store.commit_records(VERSION, self._version, new, puts, deletes), new

@@ -126,8 +126,9 @@ class SqliteStore:
     def _put_record(c: sqlite3.Connection, kind: str, id: str, doc: Mapping[str, Any], index: Sequence[str]) -> None:
         c.execute("INSERT OR REPLACE INTO records VALUES(?,?,?)", (kind, id, json.dumps(dict(doc), separators=(",", ":"))))
         c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
-        c.executemany("INSERT INTO record_index VALUES(?,?,?,?)",
-                      [(kind, f, v, id) for f, v in index_values(doc, index).items()])
+        if index:
+            c.executemany("INSERT INTO record_index VALUES(?,?,?,?)",
+                          [(kind, f, v, id) for f, v in index_values(doc, index).items()])
 
     @staticmethod
     def _delete_record(c: sqlite3.Connection, kind: str, id: str) -> bool:

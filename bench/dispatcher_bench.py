@@ -2,7 +2,9 @@
 
 Latency at a fixed rate on Kafka and on the embedded bus (dispatcher in its own process,
 subscriber in this one). Throughput: a no-op HTTP subscriber against the raw kafka-python
-consumer reading the same topic, in the same run. Needs Kafka and Redis up.
+consumer reading the same topic, in the same run; and the subscriber's own ceiling on this
+machine, ``hey`` posting the same CloudEvent to it over as many connections as the dispatcher
+uses (no dispatcher can deliver faster than the subscriber answers). Needs Kafka and Redis up.
 Run:  .venv/bin/python -m bench.dispatcher_bench
 """
 
@@ -22,7 +24,9 @@ import httpx
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
+from bench.gateway_bench import hey_path
 from cascade.core.ports import free_port
+from cascade.events.bindings import http as ce_http
 from cascade.events.bus import open_bus
 from cascade.events.envelope import new_event
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
@@ -138,6 +142,40 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
     return rate, raw_rate
 
 
+def subscriber_ceiling(seconds: int, connections: int = 64) -> float | None:
+    """Requests/s the no-op subscriber answers when ``hey`` posts one binary-mode CloudEvent to it (None
+    without hey: ``scripts/tools.sh bench`` builds it)."""
+    hey = hey_path()
+    if hey is None:
+        return None
+    headers, body = ce_http.to_binary(new_event("job.cancelled", {"jobId": "j1"}, source="/bench", id="e1"))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.noop_subscriber:app", "--port", str(port),
+                               "--log-level", "warning", "--no-access-log"])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.post(f"http://127.0.0.1:{port}/", content=body)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the no-op subscriber did not start"
+                time.sleep(0.1)
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(body)
+            f.flush()
+            flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
+            out = subprocess.run([hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", f.name,
+                                  "-T", headers.get("content-type", "application/json"), *flags,
+                                  f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    finally:
+        server.terminate()
+        server.wait()
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert match and not set(re.findall(r"\[(\d{3})\]\s+\d+ responses", out)) - {"200"}, out
+    return float(match.group(1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=float, default=1000.0)
@@ -158,13 +196,18 @@ def main() -> None:
                 "(ratio: p50 vs Kafka)", ["bus", "events", "p50", "p99", "p50 ratio"], rows))
     print()
     rate, raw = throughput(args.events)
-    rows = [["raw kafka-python consumer", raw, 1.0], ["cascade dispatcher (HTTP delivery)", rate, rate / raw]]
+    ceiling = subscriber_ceiling(5)
+    rows = [["raw kafka-python consumer", raw, 1.0, ceiling / raw if ceiling else "-"]]
+    if ceiling:
+        rows.append(["ceiling: hey posting to the no-op subscriber, 64 connections", ceiling, ceiling / raw, 1.0])
+    rows.append(["cascade dispatcher (HTTP delivery)", rate, rate / raw, rate / ceiling if ceiling else "-"])
     processes = os.cpu_count() or 1
     if processes > 1:  # several dispatcher processes sharing the trigger's consumer group
         shared, _ = throughput(args.events, processes)
-        rows.append([f"{processes} dispatcher processes, one group", shared, shared / raw])
-    print(table(f"Delivery throughput, {args.events} events, no-op HTTP subscriber (ratio: against the raw consumer)",
-                ["reader", "events/s", "ratio"], rows))
+        rows.append([f"{processes} dispatcher processes, one group", shared, shared / raw,
+                     shared / ceiling if ceiling else "-"])
+    print(table(f"Delivery throughput, {args.events} events, no-op HTTP subscriber (ratios: against the raw consumer "
+                "and against the subscriber's ceiling)", ["reader", "events/s", "vs raw", "vs ceiling"], rows))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Gateway ingest benchmark: POST /events (single and batch of 100), validated and on Kafka.
 
 Baselines measured in the same run: a bare FastAPI endpoint on the same server stack
-(uvicorn, one worker) and the raw kafka-python producer. Needs Kafka up and a load generator:
+(uvicorn, one worker), the same endpoint answering only once a raw kafka-python producer has
+the body on Kafka (the least the gateway must do before its 202: its ceiling here), and the
+raw kafka-python producer. Needs Kafka up and a load generator:
 Debian's ``wrk``, or ``hey`` (``scripts/tools.sh bench`` builds it).
 Run:  .venv/bin/python -m bench.gateway_bench
 """
@@ -138,18 +140,21 @@ def main() -> None:
                                                    partitionkey=f"d{i % 8}") for i in range(100)])
     processes = cores - 1 if args.pinned else cores  # the gateway's processes: one per core it may use
     bare, bare_port = serve("bench.bare_app", {})
+    durable, durable_port = serve("bench.bare_publish_app", {})
     gateway, gw_port = serve("bench.gateway_app", {"CASCADE_BENCH_HOME": str(tmp)})
     token = (tmp / "token").read_text()
     auth = {"authorization": f"Bearer {token}"}
     try:
         results = {
             "bare single": wrk(bare_port, single_h, single_b, args.seconds, args.connections, tmp),
+            "durable single": wrk(durable_port, single_h, single_b, args.seconds, args.connections, tmp),
             "gateway single": wrk(gw_port, {**single_h, **auth}, single_b, args.seconds, args.connections, tmp),
             "bare batch": wrk(bare_port, batch_h, batch_b, args.seconds, args.connections // 4, tmp),
             "gateway batch": wrk(gw_port, {**batch_h, **auth}, batch_b, args.seconds, args.connections // 4, tmp),
         }
     finally:
         bare.terminate()
+        durable.terminate()
         gateway.terminate()
     for n in sorted({1, processes}):  # the gateway as `cascade gateway --workers N` serves it
         with platform_gateway(tmp / f"up-{n}", n) as (port, up_auth):
@@ -157,6 +162,8 @@ def main() -> None:
     raw = raw_throughput(20000)
     rows = [
         ["bare FastAPI, single event", results["bare single"], results["bare single"], 1.0, "-"],
+        ["bare FastAPI + raw producer, acks=all before 202 (the gateway's ceiling)", results["durable single"],
+         results["durable single"], results["durable single"] / results["bare single"], "-"],
         ["gateway, single event", results["gateway single"], results["gateway single"],
          results["gateway single"] / results["bare single"], ">= 0.7 of bare"],
         *[[f"cascade gateway --workers {n}, single event", results[f"up {n}"], results[f"up {n}"],

@@ -323,7 +323,8 @@ class Ledger:
 
     def evictions(self) -> list[str]:
         """The jobs preempted since the last call (back in their queues): their runs must be stopped."""
-        out, self.evicted = self.evicted, []
+        with self._mutex:  # a decision in another thread may be adding to it
+            out, self.evicted = self.evicted, []
         return out
 
     def release(self, job_id: str, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from cloudevents.http import CloudEvent
 
@@ -46,18 +47,27 @@ class TrainingLauncher:
         self.ledger = Ledger(self.store, inventory(cfg))
         self.backend: TrainingBackend = open_backend(self.cfg, self.store)
         self.policy = JobPolicy.from_settings(cfg)
-        self.pending: list[CloudEvent] = []  # job.queued of the runs a booking preempted, sent with the reply
+        # The runtime calls handle from several threads at once: each call collects its own follow-ups (job.queued
+        # of the runs a booking preempted, job.admitted) to send with its reply.
+        self._call = threading.local()
+
+    @property
+    def pending(self) -> list[CloudEvent]:
+        """This call's follow-ups so far."""
+        if not hasattr(self._call, "pending"):
+            self._call.pending = []
+        return cast(list[CloudEvent], self._call.pending)
 
     def handle(self, event: CloudEvent) -> CloudEvent | list[CloudEvent] | None:
         if event["type"] == event_type("labels.completed"):
             return self.on_labels(event)
         if event["type"] in ENDS:
             return self.on_ended(event) or None
-        self.pending = []
+        self._call.pending = []
         reply = self.on_finetune(event) if event["type"] == event_type("finetune.submitted") else self.on_submitted(event)
         if self.ledger.waiting:  # room may have come without an end (a launch that failed earlier and can go now)
-            self.pending += self._admitted(event, self.ledger.admit(self._wanted))
-            self.pending += self._evict(event)
+            self.pending.extend(self._admitted(event, self.ledger.admit(self._wanted)))
+            self.pending.extend(self._evict(event))
         if not self.pending:
             return reply
         return [*self.pending, *([] if reply is None else [reply] if isinstance(reply, CloudEvent) else reply)]

@@ -24,7 +24,7 @@ import httpx
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
-from bench.gateway_bench import hey_path
+from bench.gateway_bench import hey_path, hey_rate, serve
 from cascade.core.ports import free_port
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import open_bus
@@ -115,11 +115,8 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
         got += sum(len(v) for v in raw.poll(500).values())
     raw_rate = count / (time.perf_counter() - t0)
     raw.close()
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.noop_subscriber:app", "--port", str(port),
-                               "--log-level", "warning", "--no-access-log"])
+    server, port = serve("bench.noop_subscriber", {})  # answering before the dispatchers start
     metrics = [free_port() for _ in range(processes)]
-    time.sleep(1.0)
     procs = [dispatcher(home, f"kafka://{kafka}", REDIS, topic, f"http://127.0.0.1:{port}/", m, 64) for m in metrics]
     try:
         first = None
@@ -149,31 +146,15 @@ def subscriber_ceiling(seconds: int, connections: int = 64) -> float | None:
     if hey is None:
         return None
     headers, body = ce_http.to_binary(new_event("job.cancelled", {"jobId": "j1"}, source="/bench", id="e1"))
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "bench.noop_subscriber:app", "--port", str(port),
-                               "--log-level", "warning", "--no-access-log"])
+    server, port = serve("bench.noop_subscriber", {})
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.post(f"http://127.0.0.1:{port}/", content=body)
-                break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline, "the no-op subscriber did not start"
-                time.sleep(0.1)
         with tempfile.NamedTemporaryFile() as f:
             f.write(body)
             f.flush()
-            flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
-            out = subprocess.run([hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", f.name,
-                                  "-T", headers.get("content-type", "application/json"), *flags,
-                                  f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+            return hey_rate(hey, f"http://127.0.0.1:{port}/", headers, Path(f.name), seconds, connections, "200")
     finally:
         server.terminate()
         server.wait()
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    assert match and not set(re.findall(r"\[(\d{3})\]\s+\d+ responses", out)) - {"200"}, out
-    return float(match.group(1))
 
 
 def main() -> None:

@@ -60,6 +60,21 @@ def hey_path() -> str | None:
     return found if Path(found).exists() else None
 
 
+def hey_rate(hey: str, url: str, headers: dict[str, str], body: Path, seconds: int, connections: int,
+             status: str) -> float:
+    """Requests per second ``hey`` gets POSTing ``body`` to ``url``; every answer must be ``status``."""
+    flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
+    out = subprocess.run([*LOADGEN, hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", str(body),
+                          "-T", headers.get("content-type", "application/json"), *flags, url],
+                         capture_output=True, text=True, check=True).stdout
+    codes = re.findall(r"\[(\d{3})\]\s+\d+ responses", out)
+    if set(codes) - {status}:
+        raise RuntimeError(f"some requests were not accepted:\n{out}")
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert match, out
+    return float(match.group(1))
+
+
 def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connections: int, tmp: Path) -> float:
     """Requests per second that got 202 (wrk, or hey where wrk is missing)."""
     (tmp / "body").write_bytes(body)
@@ -70,16 +85,7 @@ def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connectio
         raise RuntimeError(f"the endpoint answers {check.status_code}: {check.text}")
     hey = None if shutil.which("wrk") else hey_path()
     if hey is not None:
-        flags = [x for k, v in headers.items() if k.lower() != "content-type" for x in ("-H", f"{k}: {v}")]
-        out = subprocess.run([*LOADGEN, hey, "-z", f"{seconds}s", "-c", str(connections), "-m", "POST", "-D", str(tmp / "body"),
-                              "-T", headers.get("content-type", "application/json"), *flags,
-                              f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
-        codes = re.findall(r"\[(\d{3})\]\s+\d+ responses", out)
-        if set(codes) - {"202"}:
-            raise RuntimeError(f"some requests were not accepted:\n{out}")
-        match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-        assert match, out
-        return float(match.group(1))
+        return hey_rate(hey, f"http://127.0.0.1:{port}/events", headers, tmp / "body", seconds, connections, "202")
     out = subprocess.run([*LOADGEN, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
                           f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out:

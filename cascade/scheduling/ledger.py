@@ -364,8 +364,7 @@ class Ledger:
         heapq.heapify(heads)
         # Every head was tried after the last change but this release, so only the freed flavor can take one now;
         # quotas (freed for every flavor) and a change that no pass followed (a requeue, a rebuild) need them all.
-        only = None if freed is None or self._full_pass or self.matcher.inventory.quotas \
-            or self.matcher.inventory.cluster_quotas else freed.flavor
+        only = None if freed is None or self._full_pass or self.matcher.quoted else freed.flavor
         self._full_pass = False
         while heads:
             (_, _, job_id), kind = heapq.heappop(heads)

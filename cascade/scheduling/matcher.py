@@ -92,16 +92,26 @@ class Matcher:
     def vendor_of(self, job: Job) -> str:
         return "cpu" if job.request.none else (job.request.vendor or self.default_vendor)
 
+    @property
+    def quoted(self) -> bool:
+        """Whether any project has a quota (overall or per cluster): only then does a placement depend on them."""
+        return bool(self.inventory.quotas or self.inventory.cluster_quotas)
+
+    @staticmethod
+    def _kind(job: Job) -> tuple[object, ...]:
+        """What, besides quotas, decides whether a job could ever use a flavor."""
+        return (job.request.raw, job.framework, job.rdma, job.min_memory_gib)
+
     def _fixed(self, flavor: Flavor, job: Job) -> str | None:
         """Why a job of this kind can never use the flavor (cached: the inventory's flavors do not change)."""
-        key = (flavor.name, job.request.raw, job.framework, job.rdma, job.min_memory_gib)
+        key = (flavor.name, *self._kind(job))
         if key not in self._static:
             self._static[key] = self._fixed_reason(flavor, job)
         return self._static[key]
 
     def _reason(self, flavor: Flavor, job: Job) -> str | None:
         fixed = self._fixed(flavor, job)
-        if fixed is not None or not (self.inventory.quotas or self.inventory.cluster_quotas):
+        if fixed is not None or not self.quoted:
             return fixed
         return self._quota(job, self.vendor_of(job), flavor.cluster)
 
@@ -204,7 +214,7 @@ class Matcher:
 
     def _candidates(self, job: Job) -> list[Flavor]:
         """The flavors of the job's queue, in order, that a job of its kind could ever use (quota aside)."""
-        key = (job.queue, job.request.raw, job.framework, job.rdma, job.min_memory_gib)
+        key = (job.queue, *self._kind(job))
         if key not in self._usable:
             order = [self.inventory.flavors[n] for n in self.inventory.queues.get(job.queue, ())]
             self._usable[key] = [f for f in order if self._fixed(f, job) is None]
@@ -213,7 +223,7 @@ class Matcher:
     def fits(self, job: Job, only: Flavor | None = None) -> Placement | None:
         """``place`` without the reasons: None when nothing fits now (the scheduler's admission passes ask this
         many times and need no explanation). ``only``: try that flavor alone (the others are known to be full)."""
-        quotas = bool(self.inventory.quotas or self.inventory.cluster_quotas)
+        quotas = self.quoted
         for flavor in self._candidates(job):
             if only is not None and flavor is not only:
                 continue

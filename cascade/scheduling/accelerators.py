@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from cascade.core.errors import InvalidInput
 
@@ -55,10 +55,15 @@ class AcceleratorRequest:
 
 
 def parse(text: str | int | float) -> AcceleratorRequest:
-    """Parse a request string; InvalidInput lists the accepted forms."""
-    raw = str(text).strip().replace(" ", "")
+    """Parse a request string; InvalidInput lists the accepted forms. Requests are immutable, so one text gives one
+    shared object (its derived properties are worked out once, not once per job)."""
+    return _parse(str(text).strip().replace(" ", ""), str(text))
+
+
+@lru_cache(maxsize=4096)
+def _parse(raw: str, text: str) -> AcceleratorRequest:
     match = _PATTERN.match(raw)
-    bad = InvalidInput(f"accelerator request {str(text)!r} is not one of: {FORMS}", field="resources.accelerator")
+    bad = InvalidInput(f"accelerator request {text!r} is not one of: {FORMS}", field="resources.accelerator")
     if not match:
         raise bad
     count = float(match["count"])

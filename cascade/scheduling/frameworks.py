@@ -8,6 +8,8 @@ Intel XPU, Gaudi, Cambricon MLU, Hygon DCU and CPU.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from cascade.core.errors import InvalidInput
 
 REGISTRY = "ghcr.io/cascade-ml"
@@ -37,6 +39,7 @@ def supports(framework: str, vendor: str) -> bool:
     return vendor in MATRIX.get(framework, ())
 
 
+@lru_cache(maxsize=256)
 def image(framework: str, vendor: str) -> str:
     """The framework layer image for a (framework, vendor) pair of the matrix."""
     if framework not in MATRIX:

@@ -16,11 +16,17 @@ cohort members that are borrowing, just enough to place the job; each preempted 
 its queue with its priority and submission order (``evictions`` names them, so the launcher stops
 their runs and keeps their output, where the checkpoints are).
 
-Bookings and waiting jobs are records in the state store (``booking``, ``waiting``), so they
-survive a restart and every launcher process sees the same ones. A decision runs on the
-process's own view (one thread at a time) and commits its writes in one conditional transaction over the version of the
-last decision (``scheduler:version``): one round trip when nobody else decided since; otherwise
-nothing is written, the view is rebuilt from the records and the decision taken again.
+Bookings and waiting jobs live in the state store, so they survive a restart and every launcher
+process sees the same ones: a snapshot record and a journal of numbered entries after it, one per
+commit (what the commit's decisions wrote), folded into a new snapshot once the journal holds
+four times as many writes as the snapshot has records. A decision runs on the process's own view
+in memory (one thread at a time), as Kueue's scheduler assumes a workload in its cache; its
+writes join the open group, and one
+conditional transaction over the version of the last commit (``scheduler:version``) makes a
+whole group durable: decisions taken while a commit is under way share the next one (group
+commit), and a caller acts on an answer only once it is durable. If another process committed
+since, nothing is written, the group's decisions are void, the view is rebuilt from the store and
+each is taken again.
 """
 
 from __future__ import annotations
@@ -43,20 +49,34 @@ from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
 from cascade.stores import StateStore
 from cascade.stores.base import RecordWrite
 
-VERSION = "scheduler:version"  # a random id per decision: each commits only over the version it started from
+VERSION = "scheduler:version"  # a random id per commit: each commits only over the version it started from
+SNAPSHOT = "ledger-snapshot"  # every booking and waiting job as of journal entry "upto", in numbered chunks
+CHUNK = 256  # records per snapshot chunk (SQLite slows every later write after one row of megabytes)
+ENTRY = "ledger-entry"  # one per commit after the snapshot: the group's writes, numbered
+COMPACT = 512  # fold the journal into a new snapshot once it holds this many writes
+FOLD = 4  # ... and this many times as many as the snapshot has records (a snapshot costs about one write per record)
 T = TypeVar("T")
 
 
+_JOB_DEFAULTS = (("workers", 1), ("framework", "pytorch"), ("project", "default"), ("queue", "default"),
+                 ("min_memory_gib", 0.0), ("cpu", 0.0), ("memory_gib", 0.0), ("rdma", False))
+
+
 def job_doc(job: Job) -> dict[str, Any]:
-    return {"id": job.id, "request": job.request.raw, "workers": job.workers, "framework": job.framework,
-            "project": job.project, "queue": job.queue, "min_memory_gib": job.min_memory_gib, "cpu": job.cpu,
-            "memory_gib": job.memory_gib, "rdma": job.rdma}
+    """A job as its records keep it: the fields that differ from a Job's defaults (every decision writes one)."""
+    doc: dict[str, Any] = {"id": job.id, "request": job.request.raw}
+    for name, default in _JOB_DEFAULTS:
+        value = getattr(job, name)
+        if value != default:
+            doc[name] = value
+    return doc
 
 
 def job_from(doc: Mapping[str, Any]) -> Job:
-    return Job(str(doc["id"]), parse(str(doc["request"])), int(doc["workers"]), str(doc["framework"]),
-               str(doc["project"]), str(doc["queue"]), float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)),
-               float(doc.get("memory_gib", 0)), bool(doc.get("rdma", False)))
+    return Job(str(doc["id"]), parse(str(doc["request"])), int(doc.get("workers", 1)),
+               str(doc.get("framework", "pytorch")), str(doc.get("project", "default")), str(doc.get("queue", "default")),
+               float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)), float(doc.get("memory_gib", 0)),
+               bool(doc.get("rdma", False)))
 
 
 def shape(job: Job) -> tuple[Any, ...]:
@@ -75,6 +95,17 @@ class Waiting:
     reasons: dict[str, str]
     since: float
     payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class _Group:
+    """Decisions that one commit makes durable: their writes (the last one per record wins) and preemptions."""
+
+    writes: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    evicted: list[str] = field(default_factory=list)
+    state: str = "open"  # open -> committing -> durable | void
+    error: BaseException | None = None  # why it is void, when the store failed (None: another launcher won)
+    unwaited: bool = False  # whether it holds decisions taken with wait=False (their loss is for sync to report)
 
 
 @dataclass(frozen=True)
@@ -98,78 +129,204 @@ class Ledger:
         self.waiting: dict[str, Waiting] = {}
         self.shapes: dict[tuple[Any, ...], list[tuple[int, int, str]]] = {}  # shape -> (-priority, seq, job id), sorted
         self.evicted: list[str] = []
-        self._version: bytes | None = None  # the version this process's view matches (None: no decision yet)
+        self._version: bytes | None = None  # the version of the last commit in this view (None: no decision yet)
         self._fresh = False  # whether the view was built (a failed commit or decision makes it stale)
         self._pending: dict[tuple[str, str], dict[str, Any] | None] = {}  # this decision's writes (None: delete)
-        self._mutex = threading.RLock()
+        self._evicting: list[str] = []  # the jobs this decision preempts
+        self._lock = threading.Lock()  # one decision at a time on the view
+        self._cond = threading.Condition(self._lock)  # threads wait on it for a commit under way
+        self._open = _Group()  # the decisions no commit has taken yet
+        self._committing: _Group | None = None  # the group whose commit is under way
+        self._lost: BaseException | bool | None = None  # a decision since the last sync was lost (see sync)
+        self._docs: dict[tuple[str, str], dict[str, Any]] = {}  # every record of the view (what a snapshot holds)
+        self._entry = 0  # the number of the last journal entry (or snapshot) in the view
+        self._journal: list[str] = []  # the entries since the snapshot: the next snapshot deletes them
+        self._journaled = 0  # the writes they hold
+        self._legacy: list[tuple[str, str]] = []  # per-record rows of earlier releases, folded into the next snapshot
+        self._chunks = 0  # the snapshot's chunks in the store
         self._last_seq = 0
         self._touched = False  # whether self.matcher has been booked on since it was copied
         self._full_pass = True  # whether the next admission pass must try every flavor (see _admit)
         self._never: dict[tuple[Any, ...], dict[str, str] | None] = {}  # shape -> why it never fits (None: it can)
+        self._vendors: dict[tuple[Any, ...], str] = {}  # shape -> the vendor its jobs want
 
-    # -- decisions and the shared view ----------------------------------------------------------------
-    def _decide(self, body: Callable[[], T]) -> T:
-        """Run one decision on this process's view and commit what it wrote in one conditional transaction
-        against the version of the last decision (``VERSION``): uncontended, that is the decision's only round
-        trip. If another process decided since, nothing is written: the view is rebuilt from the records and the
-        decision taken again. A decision that writes nothing checks the version before answering."""
-        with self._mutex:  # threads of one process share the view: one decision at a time on it
-            return self._decide_alone(body)
+    # -- decisions, group commit and the shared view ---------------------------------------------------
+    def _decide(self, body: Callable[[], T], *, wait: bool = True) -> T:
+        """Run one decision on this process's view; its writes join the open group, which one commit makes durable.
 
-    def _decide_alone(self, body: Callable[[], T]) -> T:
-        deadline = time.monotonic() + 2 * self.lease
+        The decision is taken in memory at once; with ``wait`` the call returns when its group is durable. Threads
+        that decide while a commit is under way fill the next group, so under load one round trip covers many
+        decisions (group commit). A commit is conditional on the version of the last one (``VERSION``): if another
+        process decided since, nothing is written, every decision of the group (and of the one filling behind it) is
+        void, the view is rebuilt from the records and each waiting caller decides again. A decision that writes
+        nothing waits for the writes before it and checks the version before answering. Without ``wait`` the
+        caller must call ``sync`` before acting on the answer (the benchmark and batching callers do)."""
+        deadline: float | None = None
         while True:
-            if not self._fresh:
-                self._rebuild()
-            self._pending, evicted = {}, len(self.evicted)
-            version: bytes | None
-            try:
-                result = body()
-                if self._pending:
-                    new = os.urandom(12).hex().encode()
-                    puts = [RecordWrite(kind, id, doc) for (kind, id), doc in self._pending.items()
-                            if doc is not None]
-                    deletes = [key for key, doc in self._pending.items() if doc is None]
-                    done, version = self.store.commit_records(VERSION, self._version, new, puts, deletes), new
+            with self._lock:  # threads of one process share the view: one decision at a time on it
+                if not self._fresh:
+                    self._rebuild()
+                pending: dict[tuple[str, str], dict[str, Any] | None] = {}
+                self._pending = pending
+                self._evicting.clear()
+                try:
+                    result = body()
+                except NoFit:
+                    raise  # refused before anything changed: the view stands
+                except BaseException:
+                    self._void(None)  # the view may hold half a decision: what it holds unwritten is lost
+                    raise
+                group: _Group | None
+                if pending:
+                    group = self._open
+                    group.writes.update(pending)
+                    if self._evicting:
+                        group.evicted += self._evicting
+                    for key, doc in pending.items():
+                        if doc is None:
+                            self._docs.pop(key, None)
+                        else:
+                            self._docs[key] = doc
+                    if not wait:
+                        group.unwaited = True
+                        return result
                 else:
-                    done, version = self.store.get(VERSION) == self._version, self._version
-            except NoFit:
-                del self.evicted[evicted:]
-                raise  # refused before anything changed: the view stands
-            except BaseException:
-                self._fresh = False  # the view may hold half a decision: rebuild it next time
-                del self.evicted[evicted:]
-                raise
-            finally:
-                self._pending = {}
-            if done:
-                self._version = version
-                return result
-            self._fresh = False
-            del self.evicted[evicted:]
-            if time.monotonic() > deadline:
+                    group = self._open if self._open.writes else self._committing
+                    if group is None:  # nothing in the view that is not in the store: is it still the store's view?
+                        if self.store.get(VERSION) == self._version:
+                            return result
+                        self._fresh = False
+                if group is not None:
+                    self._settle(group)
+                    if group.state == "durable" and pending:
+                        return result
+                    if group.state == "void" and group.error is not None:
+                        raise group.error
+            deadline = deadline or time.monotonic() + 2 * self.lease
+            if time.monotonic() > deadline:  # void (another launcher decided first), or a read that waited
                 raise RetryableError("other launchers keep deciding before this one can; try again")
 
+    def sync(self) -> None:
+        """Wait until every decision taken so far is durable (what ``wait=False`` leaves to its caller).
+
+        RetryableError if a decision since the last ``sync`` was lost because another launcher decided first: the
+        view has been rebuilt from the store and the caller must decide again."""
+        with self._lock:
+            group = self._open if self._open.writes else self._committing
+            if group is not None:
+                self._settle(group)
+            lost, self._lost = self._lost, None
+            if lost is not None:
+                raise lost if isinstance(lost, BaseException) else RetryableError(
+                    "another launcher decided first: decisions since the last sync were lost; decide again")
+
+    def _settle(self, group: _Group) -> None:
+        """Until ``group`` is durable or void: commit it when it is the open group and no commit is under way (its
+        caller leads the commit for every decision in it), else wait for the commit under way."""
+        while group.state in ("open", "committing"):
+            if group.state == "open" and self._committing is None:
+                self._commit()
+            else:
+                self._cond.wait()
+
+    def _commit(self) -> None:
+        """Commit the open group (the lock is held, and let go during the round trip so that other threads can fill
+        the next group). Every ``COMPACT`` writes, the journal is folded into one snapshot of the view instead."""
+        group, self._open = self._open, _Group()
+        group.state, self._committing = "committing", group
+        base, new = self._version, os.urandom(12).hex().encode()
+        self._version, self._entry = new, self._entry + 1
+        entry = f"{self._entry:012d}"
+        compact = bool(self._legacy) or self._journaled + len(group.writes) > max(COMPACT, FOLD * len(self._docs))
+        if compact:  # the snapshot holds this group's writes too: its entry is not written
+            records = [[k, i, d] for (k, i), d in self._docs.items()]
+            chunks = [records[at:at + CHUNK] for at in range(0, len(records), CHUNK)]
+            puts = [RecordWrite(SNAPSHOT, f"{n:06d}", {"id": f"{n:06d}", "upto": self._entry, "records": chunk})
+                    for n, chunk in enumerate(chunks)]
+            deletes = [(ENTRY, e) for e in self._journal] + self._legacy + \
+                [(SNAPSHOT, f"{n:06d}") for n in range(len(chunks), self._chunks)]
+        else:
+            puts = [RecordWrite(ENTRY, entry, {"id": entry, "writes": [[k, i, d] for (k, i), d in group.writes.items()]})]
+            deletes = []
+        error: BaseException | None = None
+        self._cond.release()
+        try:
+            done = self.store.commit_records(VERSION, base, new, puts, deletes)
+        except BaseException as exc:  # the store is down: the group is lost, its callers get the error
+            done, error = False, exc
+        finally:
+            self._cond.acquire()
+        self._committing = None
+        if done:
+            group.state = "durable"
+            self.evicted += group.evicted
+            if compact:
+                self._journal, self._journaled, self._legacy, self._chunks = [], 0, [], len(puts)
+            else:
+                self._journal.append(entry)
+                self._journaled += len(group.writes)
+        else:
+            group.state, group.error = "void", error
+            if group.unwaited:
+                self._lost = error or True
+            self._void(error)
+        self._cond.notify_all()
+
+    def _void(self, error: BaseException | None) -> None:
+        """Every decision not yet durable is lost (a commit failed, or a decision broke half-way): the open group is
+        void and the view is rebuilt from the store at the next decision."""
+        group, self._open = self._open, _Group()
+        group.state, group.error = "void", error
+        if group.unwaited:
+            self._lost = error or True
+        self._fresh = False
+
     def _rebuild(self) -> None:
-        """This process's view from the shared records (another process decided since this one last did). The
-        version is read first: records newer than it only make the next commit fail and rebuild again."""
+        """This process's view from the shared records: the snapshot, then the journal entries after it (and rows of
+        the per-record format of earlier releases, which the next commit folds into a snapshot). The version is read
+        first: records newer than it only make the next commit fail and rebuild again."""
         self._version = self.store.get(VERSION)
         if self._touched:  # the first rebuild starts from the untouched copy made at start
             self.matcher = Matcher(copy.deepcopy(self.pristine), naive=self.naive)
         self._touched = True
         self.booked, self.tickets, self.waiting, self.shapes = {}, {}, {}, {}
         self._full_pass = True
-        for rec in self.store.find_records("booking"):
-            placement = self._placement(rec)
-            if placement is not None:
-                self.matcher.allocate(placement)
-                self.booked[placement.job.id] = placement
-                self.tickets[placement.job.id] = Waiting(placement.job, int(rec.get("priority", 0)),
-                                                         int(rec.get("seq", 0)), {}, float(rec.get("booked", 0)),
-                                                         dict(rec.get("payload") or {}))
-        for rec in self.store.find_records("waiting"):
-            self._queue(Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]), dict(rec["reasons"]),
-                                float(rec["since"]), dict(rec["payload"])))
+        docs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._journal, self._journaled, self._legacy = [], 0, []
+        for kind in ("booking", "waiting"):
+            for rec in self.store.find_records(kind):
+                docs[kind, str(rec["id"])] = rec
+                self._legacy.append((kind, str(rec["id"])))
+        chunks = self.store.find_records(SNAPSHOT)  # all written by one commit
+        upto, self._chunks = max((int(c["upto"]) for c in chunks), default=0), len(chunks)
+        for chunk in chunks:
+            for kind, id, doc in chunk["records"]:
+                docs[kind, id] = doc
+        self._entry = upto
+        for entry in sorted(self.store.find_records(ENTRY), key=lambda e: int(e["id"])):
+            self._journal.append(str(entry["id"]))  # one folded into the snapshot already is deleted with the next
+            if int(entry["id"]) <= upto:
+                continue
+            for kind, id, doc in entry["writes"]:
+                if doc is None:
+                    docs.pop((kind, id), None)
+                else:
+                    docs[kind, id] = doc
+            self._journaled += len(entry["writes"])
+            self._entry = int(entry["id"])
+        self._docs = docs
+        for (kind, _), rec in docs.items():
+            if kind == "booking":
+                placement = self._placement(rec)
+                if placement is not None:
+                    self.matcher.allocate(placement)
+                    self.booked[placement.job.id] = placement
+                    self.tickets[placement.job.id] = Waiting(placement.job, int(rec.get("priority", 0)),
+                                                             int(rec.get("seq", 0)), {}, float(rec.get("booked", 0)),
+                                                             dict(rec.get("payload") or {}))
+            else:
+                self._queue(Waiting(job_from(rec["job"]), int(rec["priority"]), int(rec["seq"]),
+                                    dict(rec["reasons"]), float(rec["since"]), dict(rec["payload"])))
         self._fresh = True  # only once it is whole: a store failure half-way leaves it to be rebuilt
 
     def _placement(self, rec: Mapping[str, Any]) -> Placement | None:
@@ -188,10 +345,9 @@ class Ledger:
         self.booked[placement.job.id] = placement
         self.tickets[placement.job.id] = ticket
         self._pending["booking", placement.job.id] = {
-            "id": placement.job.id, "project": placement.job.project, "job": job_doc(placement.job),
-            "flavor": placement.flavor.name, "skipped": placement.skipped, "booked": self.clock(),
-            "priority": ticket.priority, "seq": ticket.seq, "payload": ticket.payload,
-            "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}
+            "id": placement.job.id, "job": job_doc(placement.job), "flavor": placement.flavor.name,
+            "skipped": placement.skipped, "booked": self.clock(), "priority": ticket.priority, "seq": ticket.seq,
+            "payload": ticket.payload, "slots": [[n.name, cards, amount] for n, cards, amount in placement.slots]}
 
     def _free(self, job_id: str) -> Placement | None:
         placement = self.booked.pop(job_id, None)
@@ -205,7 +361,10 @@ class Ledger:
         """Into the in-memory queue: per shape, its jobs in admission order, so a pass tries each shape's head
         and never sorts or walks the whole queue."""
         self.waiting[waiting.job.id] = waiting
-        bisect.insort(self.shapes.setdefault(shape(waiting.job), []), (-waiting.priority, waiting.seq, waiting.job.id))
+        kind = shape(waiting.job)
+        if kind not in self._vendors:
+            self._vendors[kind] = self.matcher.vendor_of(waiting.job)
+        bisect.insort(self.shapes.setdefault(kind, []), (-waiting.priority, waiting.seq, waiting.job.id))
 
     def _dequeue(self, job_id: str) -> Waiting | None:
         waiting = self.waiting.pop(job_id, None)
@@ -222,7 +381,7 @@ class Ledger:
     def _wait(self, waiting: Waiting) -> None:
         self._queue(waiting)
         self._pending["waiting", waiting.job.id] = {
-            "id": waiting.job.id, "project": waiting.job.project, "job": job_doc(waiting.job),
+            "id": waiting.job.id, "job": job_doc(waiting.job),
             "priority": waiting.priority, "seq": waiting.seq, "reasons": waiting.reasons, "since": waiting.since,
             "payload": waiting.payload}
 
@@ -281,13 +440,14 @@ class Ledger:
             self.booked.pop(victim.job.id)
             self._pending["booking", victim.job.id] = None
             self._wait(Waiting(victim.job, ticket.priority, ticket.seq, why, self.clock(), ticket.payload))
-            self.evicted.append(victim.job.id)
+            self._evicting.append(victim.job.id)
         return placement
 
     # -- the API ---------------------------------------------------------------------------------------
-    def book(self, job: Job, *, priority: int = 0, payload: Mapping[str, Any] | None = None) -> Placement | Waiting:
+    def book(self, job: Job, *, priority: int = 0, payload: Mapping[str, Any] | None = None,
+             wait: bool = True) -> Placement | Waiting:
         """The job's booking (placed now, perhaps by preempting borrowed work: see ``evictions``), or its place in
-        the queue; NoFit if it could never fit."""
+        the queue; NoFit if it could never fit. ``wait=False``: not yet durable, see ``sync``."""
         def decide() -> Placement | Waiting:
             if job.id in self.booked:
                 return self.booked[job.id]  # a redelivered submission
@@ -306,7 +466,7 @@ class Ledger:
                 placement = reclaimed
             self._take(placement, ticket)
             return placement
-        return self._decide(decide)
+        return self._decide(decide, wait=wait)
 
     def _ever_fits(self, job: Job) -> None:
         """NoFit if not even the empty inventory takes the job (remembered per shape: the answer never changes)."""
@@ -323,19 +483,21 @@ class Ledger:
 
     def evictions(self) -> list[str]:
         """The jobs preempted since the last call (back in their queues): their runs must be stopped."""
-        with self._mutex:  # a decision in another thread may be adding to it
+        with self._lock:  # a commit in another thread may be adding to it
             out, self.evicted = self.evicted, []
         return out
 
-    def release(self, job_id: str, wanted: Callable[[Waiting], bool] = lambda w: True) -> list[Admitted]:
+    def release(self, job_id: str, wanted: Callable[[Waiting], bool] = lambda w: True, *,
+                wait: bool = True) -> list[Admitted]:
         """Give ``job_id``'s booking back (or drop it from its queue), then admit what now fits.
 
-        ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited)."""
+        ``wanted`` says whether a waiting job still wants to run (False drops it: cancelled while it waited).
+        ``wait=False``: not yet durable, see ``sync``."""
         def decide() -> list[Admitted]:
             freed = self._free(job_id)
             self._unwait(job_id)
             return self._admit(wanted, freed) if freed is not None else []
-        return self._decide(decide)
+        return self._decide(decide, wait=wait)
 
     def requeue(self, job_id: str, why: str) -> None:
         """Give a booked job's booking back and put it at its old place in its queue (its launch failed for a
@@ -359,8 +521,7 @@ class Ledger:
         fit either). After a release only shapes that could use the freed cards are tried. ``wanted`` is asked
         only of a job about to be admitted."""
         admitted: list[Admitted] = []
-        heads = [(line[0], kind) for kind, line in self.shapes.items()
-                 if freed is None or self._could_use(self.waiting[line[0][2]].job, freed)]
+        heads = [(line[0], kind) for kind, line in self.shapes.items() if freed is None or self._could_use(kind, freed)]
         heapq.heapify(heads)
         # Every head was tried after the last change but this release, so only the freed flavor can take one now;
         # quotas (freed for every flavor) and a change that no pass followed (a requeue, a rebuild) need them all.
@@ -385,10 +546,10 @@ class Ledger:
                 heapq.heappush(heads, (self.shapes[kind][0], kind))
         return admitted
 
-    def _could_use(self, job: Job, freed: Placement) -> bool:
-        """Whether a job (of its shape) could use what ``freed`` gave back (same vendor; or CPU work, which any node
-        may take; or any job of a cohort, whose quota the release may have freed)."""
-        vendor = self.matcher.vendor_of(job)
+    def _could_use(self, kind: tuple[Any, ...], freed: Placement) -> bool:
+        """Whether a waiting job of shape ``kind`` could use what ``freed`` gave back (same vendor; or CPU work, which
+        any node may take; or any job of a cohort, whose quota the release may have freed)."""
+        vendor = self._vendors[kind]
         return vendor == freed.flavor.vendor or vendor == "cpu" or bool(self.matcher.inventory.cohorts)
 
     def usage(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ first-fit over nodes, and fractional requests take a whole card.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import bisect
 from dataclasses import replace
 
 from cascade.scheduling import frameworks
@@ -22,34 +22,61 @@ class FreeIndex:
     for flavors that do not book cores and host memory (those are scanned)."""
 
     def __init__(self, nodes: list[Node]) -> None:
-        self.by_idle: dict[int, dict[str, Node]] = defaultdict(dict)
-        self.by_share: dict[float, dict[tuple[str, int], Node]] = defaultdict(dict)
+        most = max((len(n.free) for n in nodes), default=0)
+        self.by_idle: list[dict[str, Node]] = [{} for _ in range(most + 1)]  # idle cards -> nodes
+        self.by_share: dict[float, dict[tuple[str, int], Node]] = {}  # free share -> cards
+        self.shares: list[float] = []  # by_share's keys, in order
+        self.idle: dict[str, int] = {}  # node -> its idle cards (its place in by_idle)
         for n in nodes:
-            self.add(n)
+            self.idle[n.name] = n.idle_cards
+            self.by_idle[n.idle_cards][n.name] = n
+            for i, f in enumerate(n.free):
+                if f > EPS:
+                    self._cards(f)[(n.name, i)] = n
 
-    def add(self, n: Node) -> None:
-        self.by_idle[n.idle_cards][n.name] = n
-        for i, f in enumerate(n.free):
-            if f > EPS:
-                self.by_share[round(f, 6)][(n.name, i)] = n
+    def _cards(self, free: float) -> dict[tuple[str, int], Node]:
+        key = round(free, 6)
+        if key not in self.by_share:
+            self.by_share[key] = {}
+            bisect.insort(self.shares, key)
+        return self.by_share[key]
 
-    def remove(self, n: Node) -> None:
-        self.by_idle[n.idle_cards].pop(n.name, None)
-        for i, f in enumerate(n.free):
+    def shift(self, n: Node, cards: list[int], amount: float) -> None:
+        """Add ``amount`` to the free share of ``cards`` on ``n`` (negative: booked; at most a whole card free):
+        only those cards move in the index."""
+        name, free, by_share = n.name, n.free, self.by_share
+        was = idle = self.idle[name]
+        for i in cards:
+            f = free[i]
             if f > EPS:
-                self.by_share[round(f, 6)].pop((n.name, i), None)
+                by_share[round(f, 6)].pop((name, i), None)
+            if f >= 1 - EPS:
+                idle -= 1
+            free[i] = f = min(1.0, f + amount)
+            if f > EPS:
+                key = round(f, 6)
+                (by_share[key] if key in by_share else self._cards(f))[(name, i)] = n
+            if f >= 1 - EPS:
+                idle += 1
+        if idle != was:
+            del self.by_idle[was][name]
+            self.by_idle[idle][name] = n
+            self.idle[name] = idle
 
     def whole(self, want: int) -> Node | None:
         """The node with the fewest idle cards that still has ``want``."""
-        for k in sorted(k for k, nodes in self.by_idle.items() if nodes and k >= want):
-            return next(iter(self.by_idle[k].values()))
+        for nodes in self.by_idle[want:]:
+            if nodes:
+                return next(iter(nodes.values()))
         return None
 
     def share(self, need: float) -> tuple[Node, int] | None:
         """The fullest card that still has ``need`` free."""
-        for f in sorted(f for f, cards in self.by_share.items() if cards and f + EPS >= need):
-            (_, index), node = next(iter(self.by_share[f].items()))
-            return node, index
+        for f in self.shares[bisect.bisect_left(self.shares, need - EPS):]:
+            cards = self.by_share[f]
+            if cards:
+                (_, index), node = next(iter(cards.items()))
+                return node, index
         return None
 
     def fill(self, want: int, workers: int) -> list[tuple[Node, list[int], float]] | None:
@@ -58,8 +85,8 @@ class FreeIndex:
         if self.slots(want) < workers:
             return None  # not even with every node's idle cards
         slots: list[tuple[Node, list[int], float]] = []
-        for k in sorted(k for k, nodes in self.by_idle.items() if nodes and k >= want):
-            for node in self.by_idle[k].values():
+        for nodes in self.by_idle[want:]:
+            for node in nodes.values():
                 idle = [i for i, f in enumerate(node.free) if f >= 1 - EPS]
                 while len(idle) >= want and len(slots) < workers:
                     slots.append((node, idle[:want], 1.0))
@@ -70,10 +97,10 @@ class FreeIndex:
 
     def slots(self, want: int) -> int:
         """How many workers of ``want`` whole cards the flavor could take at most."""
-        return sum(len(nodes) * (k // want) for k, nodes in self.by_idle.items() if k >= want)
+        return sum(len(nodes) * (k // want) for k, nodes in enumerate(self.by_idle) if k >= want)
 
     def largest(self) -> int:
-        return max((k for k, nodes in self.by_idle.items() if nodes), default=0)
+        return next((k for k in range(len(self.by_idle) - 1, 0, -1) if self.by_idle[k]), 0)
 
 
 class Matcher:
@@ -82,6 +109,9 @@ class Matcher:
         self._indexes: dict[str, FreeIndex | None] = {}
         self._static: dict[tuple[object, ...], str | None] = {}  # (flavor, kind of job) -> its fixed reason
         self._usable: dict[tuple[object, ...], list[Flavor]] = {}  # (queue, kind of job) -> flavors it may use
+        self._orders: dict[tuple[object, ...], list[tuple[Flavor, str | None]]] = {}  # (queue, kind) -> see _order
+        for flavor in inventory.flavors.values():  # built now, not in the first decision that needs one
+            self._index(flavor)
 
     def _index(self, flavor: Flavor) -> FreeIndex | None:
         if flavor.name not in self._indexes:
@@ -159,7 +189,7 @@ class Matcher:
         """Slots for every worker (cards, cores, host memory), or None; nothing is taken. The nodes an
         earlier worker of the same job took from are seen through an overlay, the rest as they are."""
         req = job.request
-        index = self._index(flavor) if not req.none else None
+        index = None if req.none else self._indexes[flavor.name]
         if index is not None and job.workers > 1 and not req.share:
             return index.fill(req.cards, job.workers)
         if index is not None and job.workers == 1:  # one worker, no host booking: a lookup
@@ -220,6 +250,14 @@ class Matcher:
             self._usable[key] = [f for f in order if self._fixed(f, job) is None]
         return self._usable[key]
 
+    def _order(self, job: Job) -> list[tuple[Flavor, str | None]]:
+        """The flavors of the job's queue, in order, each with why a job of its kind can never use it (or None)."""
+        key = (job.queue, *self._kind(job))
+        if key not in self._orders:
+            flavors = [self.inventory.flavors[n] for n in self.inventory.queues[job.queue]]
+            self._orders[key] = [(f, self._fixed(f, job)) for f in flavors]
+        return self._orders[key]
+
     def fits(self, job: Job, only: Flavor | None = None) -> Placement | None:
         """``place`` without the reasons: None when nothing fits now (the scheduler's admission passes ask this
         many times and need no explanation). ``only``: try that flavor alone (the others are known to be full)."""
@@ -239,12 +277,12 @@ class Matcher:
 
     def place(self, job: Job) -> Placement:
         reasons: dict[str, str] = {}
-        order = self.inventory.queues.get(job.queue)
-        if order is None:
+        if job.queue not in self.inventory.queues:
             raise NoFit(job, {"queue": f"no queue named {job.queue!r}"})
-        for name in order:
-            flavor = self.inventory.flavors[name]
-            reason = self._reason(flavor, job)
+        quoted = self.quoted
+        for flavor, fixed in self._order(job):
+            name = flavor.name
+            reason = fixed if fixed is not None or not quoted else self._quota(job, self.vendor_of(job), flavor.cluster)
             if reason is None:
                 slots = self._fit(flavor, job)
                 if slots is not None:
@@ -264,11 +302,10 @@ class Matcher:
         index = self._indexes.get(placement.flavor.name)
         for node, cards, amount in placement.slots:
             if index:
-                index.remove(node)
-            for i in cards:
-                node.free[i] -= amount
-            if index:
-                index.add(node)
+                index.shift(node, cards, -amount)
+            else:
+                for i in cards:
+                    node.free[i] -= amount
             node.cpu -= job.cpu
             node.memory_gib -= job.memory_gib
         key = (placement.job.project, placement.flavor.vendor)
@@ -281,11 +318,10 @@ class Matcher:
         index = self._indexes.get(placement.flavor.name)
         for node, cards, amount in placement.slots:
             if index:
-                index.remove(node)
-            for i in cards:
-                node.free[i] = min(1.0, node.free[i] + amount)
-            if index:
-                index.add(node)
+                index.shift(node, cards, amount)
+            else:
+                for i in cards:
+                    node.free[i] = min(1.0, node.free[i] + amount)
             node.cpu = min(node.cpu_total, node.cpu + job.cpu)
             node.memory_gib = min(node.memory_total, node.memory_gib + job.memory_gib)
         key = (placement.job.project, placement.flavor.vendor)

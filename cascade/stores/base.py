@@ -8,9 +8,12 @@ model records (functions), API token hashes (gateway). Two implementations ship 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,22 @@ class StateStore(Protocol):
 def index_values(doc: Mapping[str, Any], index: Sequence[str]) -> dict[str, str]:
     """The indexed field values of a record (absent or null fields are not indexed)."""
     return {f: str(doc[f]) for f in index if doc.get(f) is not None}
+
+
+def dump_doc(doc: Mapping[str, Any]) -> str:
+    """A record as compact JSON, with orjson (an order of magnitude faster than the standard library, which the
+    scheduler's journal felt); what orjson refuses (integers beyond 64 bits) goes through the standard library.
+    NaN and infinities become null: JSON has no such numbers."""
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(dict(doc), separators=(",", ":"))
+
+
+def load_doc(raw: str | bytes) -> dict[str, Any]:
+    """A record back from its JSON (the standard library reads what older releases wrote, NaN included)."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        doc = json.loads(raw)
+    return doc if isinstance(doc, dict) else {}

@@ -7,14 +7,13 @@ several platforms (or test runs) can share a server.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
 
 from cascade.core.errors import StoreUnavailable
-from cascade.stores.base import RecordWrite, index_values
+from cascade.stores.base import RecordWrite, dump_doc, index_values, load_doc
 
 T = TypeVar("T")
 
@@ -165,12 +164,12 @@ class RedisStore:
             pipe.sadd(self._idx(kind, f, v), id)
         if new:
             pipe.hset(self._fields(kind, id), mapping=new)
-        pipe.set(self._rec(kind, id), json.dumps(dict(doc), separators=(",", ":")))
+        pipe.set(self._rec(kind, id), dump_doc(doc))
         pipe.sadd(self._all(kind), id)
 
     def get_record(self, kind: str, id: str) -> dict[str, Any] | None:
         raw = self._call(lambda: self._r.get(self._rec(kind, id)))
-        return None if raw is None else json.loads(raw)
+        return None if raw is None else load_doc(raw)
 
     def find_records(self, kind: str, **where: str) -> list[dict[str, Any]]:
         sets = [self._idx(kind, f, str(v)) for f, v in where.items()] or [self._all(kind)]
@@ -178,7 +177,7 @@ class RedisStore:
         if not ids:
             return []
         raws = self._call(lambda: self._r.mget([self._rec(kind, i) for i in ids]))
-        return [json.loads(r) for r in raws if r is not None]
+        return [load_doc(r) for r in raws if r is not None]
 
     def delete_record(self, kind: str, id: str) -> bool:
         fields_key = self._fields(kind, id)

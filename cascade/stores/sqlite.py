@@ -6,7 +6,6 @@ across threads and processes. Expired keys are invisible at once and purged lazi
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade.core.errors import StoreUnavailable
-from cascade.stores.base import RecordWrite, index_values
+from cascade.stores.base import RecordWrite, dump_doc, index_values, load_doc
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB NOT NULL, expires REAL) WITHOUT ROWID;
@@ -124,7 +123,7 @@ class SqliteStore:
 
     @staticmethod
     def _put_record(c: sqlite3.Connection, kind: str, id: str, doc: Mapping[str, Any], index: Sequence[str]) -> None:
-        c.execute("INSERT OR REPLACE INTO records VALUES(?,?,?)", (kind, id, json.dumps(dict(doc), separators=(",", ":"))))
+        c.execute("INSERT OR REPLACE INTO records VALUES(?,?,?)", (kind, id, dump_doc(doc)))
         c.execute("DELETE FROM record_index WHERE kind=? AND id=?", (kind, id))
         if index:
             c.executemany("INSERT INTO record_index VALUES(?,?,?,?)",
@@ -158,7 +157,7 @@ class SqliteStore:
 
     def get_record(self, kind: str, id: str) -> dict[str, Any] | None:
         rows = self._read("SELECT doc FROM records WHERE kind=? AND id=?", (kind, id))
-        return json.loads(rows[0][0]) if rows else None
+        return load_doc(rows[0][0]) if rows else None
 
     def find_records(self, kind: str, **where: str) -> list[dict[str, Any]]:
         sql = "SELECT doc FROM records r WHERE kind=?"
@@ -166,7 +165,7 @@ class SqliteStore:
         for field, value in where.items():
             sql += " AND EXISTS (SELECT 1 FROM record_index i WHERE i.kind=r.kind AND i.id=r.id AND field=? AND value=?)"
             args += [field, str(value)]
-        return [json.loads(doc) for (doc,) in self._read(sql + " ORDER BY id", args)]
+        return [load_doc(doc) for (doc,) in self._read(sql + " ORDER BY id", args)]
 
     def delete_record(self, kind: str, id: str) -> bool:
         with self._tx() as c:

@@ -4,10 +4,14 @@ priority-then-submission order, and a second launcher process (or a restarted on
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from cascade.core.errors import RetryableError, StoreUnavailable
+from cascade.scheduling import ledger as ledger_module
 from cascade.scheduling.accelerators import parse
 from cascade.scheduling.ledger import Ledger, Waiting
 from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
@@ -178,3 +182,131 @@ def test_an_admission_pass_after_a_requeue_tries_every_flavor_not_only_the_one_a
     assert getattr(led.book(Job("d", parse("1"))), "flavor").name == "second"
     assert isinstance(led.book(Job("e", parse("1"))), Waiting)
     assert [(a.placement.job.id, a.placement.flavor.name) for a in led.release("a")] == [("e", "first")]
+
+
+class GatedStore:
+    """The store, with its commits counted and the first one held until the test lets it go."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store, self.commits, self.gate, self.inside = store, 0, threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def commit_records(self, *args: Any, **kw: Any) -> bool:
+        self.commits += 1
+        if self.commits == 1:
+            self.inside.set()
+            assert self.gate.wait(10), "the test never let the first commit go"
+        return bool(self.store.commit_records(*args, **kw))
+
+
+def test_decisions_taken_while_a_commit_is_under_way_share_the_next_commit(store: StateStore) -> None:
+    gated = GatedStore(store)
+    led = Ledger(cast(StateStore, gated), Inventory.from_dict(INVENTORY))
+    results: dict[str, object] = {}
+
+    def book(name: str, cards: str) -> None:
+        results[name] = led.book(job(name, cards))
+
+    first = threading.Thread(target=book, args=("lead", "4"))
+    first.start()
+    assert gated.inside.wait(10), "the first decision's commit started"
+    followers = [threading.Thread(target=book, args=(f"f{i}", "2")) for i in range(3)]
+    for t in followers:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(led._open.writes) < 3 and time.monotonic() < deadline:  # all three decided, none durable yet
+        time.sleep(0.001)
+    assert not results, "nobody answered before their decision was durable"
+    gated.gate.set()
+    for t in [first, *followers]:
+        t.join(10)
+    assert gated.commits == 2, "the lead's commit, then one for the three decided meanwhile"
+    assert sorted(type(r).__name__ for r in results.values()) == ["Placement", "Placement", "Placement", "Waiting"]
+    again = ledger_view(store)
+    assert sorted(again.booked) == sorted(n for n, r in results.items() if isinstance(r, Placement))
+    assert [w["jobId"] for w in again.usage()["waiting"]] == [n for n, r in results.items() if isinstance(r, Waiting)]
+
+
+def test_unwaited_decisions_lost_to_another_launcher_are_reported_by_sync_and_taken_again(store: StateStore) -> None:
+    one, two = ledger(store), ledger(store)
+    assert isinstance(one.book(job("a", "4"), wait=False), Placement), "decided in memory, not yet durable"
+    assert isinstance(two.book(job("b", "8")), Placement), "two does not see a: it was never written"
+    with pytest.raises(RetryableError, match="decided first"):
+        one.sync()
+    assert isinstance(one.book(job("a", "4")), Waiting), "taken again on the rebuilt view: b holds the node"
+    one.sync()  # nothing lost since
+    assert [a.placement.job.id for a in two.release("b")] == ["a"]
+
+
+def test_the_journal_is_folded_into_a_chunked_snapshot_and_a_restart_reads_both(
+        store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_module, "COMPACT", 3)
+    monkeypatch.setattr(ledger_module, "FOLD", 1)
+    monkeypatch.setattr(ledger_module, "CHUNK", 2)
+    big = Inventory.from_dict({"flavors": [{"name": "t4", "vendor": "nvidia", "nodes": [
+        {"name": f"n{i}", "cards": 1} for i in range(6)]}]})
+    led = Ledger(store, big)
+    for i in range(8):
+        led.book(Job(f"j{i}", parse("1")))
+    led.release("j0")  # j6 takes its card
+    for i in range(8, 12):
+        led.book(Job(f"j{i}", parse("1")), wait=False)
+    led.sync()
+    assert len(store.find_records(ledger_module.SNAPSHOT)) >= 3, "several chunks"
+    assert store.find_records(ledger_module.ENTRY), "and entries after the snapshot"
+    restarted = Ledger(store, big)
+    assert restarted.usage() == led.usage()
+    assert sorted(restarted.booked) == ["j1", "j2", "j3", "j4", "j5", "j6"]
+    assert [a.placement.job.id for a in restarted.release("j1")] == ["j7"]
+    assert [a.placement.job.id for a in led.release("j2")] == ["j8"], "led rebuilt: it saw the restarted one's decision"
+
+
+def test_bookings_in_the_per_record_format_of_earlier_releases_are_read_and_folded_in(store: StateStore) -> None:
+    old = ledger(store)
+    placed = old.book(job("kept", "4"))
+    assert isinstance(placed, Placement)
+    for kind, id, doc in (("booking", "kept", old._docs["booking", "kept"]),):
+        store.put_record(kind, id, doc)  # what an earlier release wrote: a record per booking, no journal
+    for e in store.find_records(ledger_module.ENTRY):
+        store.delete_record(ledger_module.ENTRY, str(e["id"]))
+    for c in store.find_records(ledger_module.SNAPSHOT):
+        store.delete_record(ledger_module.SNAPSHOT, str(c["id"]))
+    new = ledger(store)
+    assert isinstance(new.book(job("next", "4")), Placement)
+    assert isinstance(new.book(job("full", "4")), Waiting), "the old booking holds its four cards"
+    assert store.find_records("booking") == [], "folded into the snapshot by the first commit"
+    assert sorted(ledger_view(store).booked) == ["kept", "next"]
+
+
+class FlakyStore:
+    """The store, with its next commit failing as if the store were away."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store, self.down = store, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def commit_records(self, *args: Any, **kw: Any) -> bool:
+        if self.down:
+            raise StoreUnavailable("the store is away")
+        return bool(self.store.commit_records(*args, **kw))
+
+
+def test_a_commit_the_store_refused_loses_nothing_durable_and_the_ledger_heals(store: StateStore) -> None:
+    flaky = FlakyStore(store)
+    led = Ledger(cast(StateStore, flaky), Inventory.from_dict(INVENTORY))
+    assert isinstance(led.book(job("kept", "4")), Placement)
+    flaky.down = True
+    with pytest.raises(StoreUnavailable):
+        led.book(job("lost", "4"))
+    with pytest.raises(StoreUnavailable):
+        led.book(job("unwaited", "4"), wait=False)
+        led.sync()
+    flaky.down = False
+    assert sorted(led.usage()["flavors"]["a100"].items()) == [("booked", 4.0), ("cards", 8)], \
+        "the view was rebuilt from the store: only the durable booking holds"
+    assert isinstance(led.book(job("lost", "4")), Placement), "taken again once the store is back"
+    assert sorted(ledger_view(store).booked) == ["kept", "lost"]

@@ -53,6 +53,14 @@ def post(up: Running, i: int) -> int:
     return httpx.post(f"{up.gateway}/events", headers={**headers, **up.auth}, content=body, timeout=60).status_code
 
 
+def ready(up: Running) -> bool:
+    """Whether a gateway process answers /readyz (bus and store reachable) within a few seconds."""
+    try:
+        return httpx.get(f"{up.gateway}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_workers_serve_while_the_parent_is_frozen_heal_and_stop_with_it(tmp_path: Path) -> None:
     # Kafka and Redis: a frozen parent holds no lock the worker needs (it might hold the embedded files' write lock)
     topic = f"workers-{uuid.uuid4().hex[:8]}"
@@ -63,6 +71,8 @@ def test_workers_serve_while_the_parent_is_frozen_heal_and_stop_with_it(tmp_path
         [first] = workers(up)
         os.kill(up.proc.pid, signal.SIGSTOP)  # the parent accepts nothing now: only the worker can answer
         try:
+            # the worker process exists, but it may still be starting (importing, reaching the bus) on a loaded machine
+            eventually(lambda: ready(up), 120, "the worker answering /readyz while the parent is frozen", interval=0.5)
             assert [post(up, i) for i in range(5)] == [202] * 5
         finally:
             os.kill(up.proc.pid, signal.SIGCONT)

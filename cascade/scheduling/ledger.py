@@ -21,10 +21,9 @@ process sees the same ones: a snapshot record and a journal of numbered entries 
 commit (what the commit's decisions wrote), folded into a new snapshot once the journal holds
 four times as many writes as the snapshot has records. A decision runs on the process's own view
 in memory (one thread at a time), as Kueue's scheduler assumes a workload in its cache; its
-writes join the open group, and one
-conditional transaction over the version of the last commit (``scheduler:version``) makes a
-whole group durable: decisions taken while a commit is under way share the next one (group
-commit), and a caller acts on an answer only once it is durable. If another process committed
+writes join the open group, and one conditional transaction over the version of the last commit
+(``scheduler:version``) makes a whole group durable: decisions taken while a commit is under way
+share the next one (group commit), and a caller acts on an answer only once it is durable. If another process committed
 since, nothing is written, the group's decisions are void, the view is rebuilt from the store and
 each is taken again.
 """
@@ -38,7 +37,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, TypeVar
 
 from cascade.core.errors import RetryableError
@@ -58,14 +57,13 @@ FOLD = 4  # ... and this many times as many as the snapshot has records (a snaps
 T = TypeVar("T")
 
 
-_JOB_DEFAULTS = (("workers", 1), ("framework", "pytorch"), ("project", "default"), ("queue", "default"),
-                 ("min_memory_gib", 0.0), ("cpu", 0.0), ("memory_gib", 0.0), ("rdma", False))
+_JOB_DEFAULTS = {f.name: f.default for f in fields(Job) if f.default is not MISSING}  # left out of job records
 
 
 def job_doc(job: Job) -> dict[str, Any]:
     """A job as its records keep it: the fields that differ from a Job's defaults (every decision writes one)."""
     doc: dict[str, Any] = {"id": job.id, "request": job.request.raw}
-    for name, default in _JOB_DEFAULTS:
+    for name, default in _JOB_DEFAULTS.items():
         value = getattr(job, name)
         if value != default:
             doc[name] = value
@@ -73,10 +71,9 @@ def job_doc(job: Job) -> dict[str, Any]:
 
 
 def job_from(doc: Mapping[str, Any]) -> Job:
-    return Job(str(doc["id"]), parse(str(doc["request"])), int(doc.get("workers", 1)),
-               str(doc.get("framework", "pytorch")), str(doc.get("project", "default")), str(doc.get("queue", "default")),
-               float(doc.get("min_memory_gib", 0)), float(doc.get("cpu", 0)), float(doc.get("memory_gib", 0)),
-               bool(doc.get("rdma", False)))
+    d = {**_JOB_DEFAULTS, **doc}
+    return Job(str(d["id"]), parse(str(d["request"])), int(d["workers"]), str(d["framework"]), str(d["project"]),
+               str(d["queue"]), float(d["min_memory_gib"]), float(d["cpu"]), float(d["memory_gib"]), bool(d["rdma"]))
 
 
 def shape(job: Job) -> tuple[Any, ...]:
@@ -231,7 +228,8 @@ class Ledger:
 
     def _commit(self) -> None:
         """Commit the open group (the lock is held, and let go during the round trip so that other threads can fill
-        the next group). Every ``COMPACT`` writes, the journal is folded into one snapshot of the view instead."""
+        the next group). Once the journal is big enough (``COMPACT``, ``FOLD``), or rows of the per-record format
+        are left, a snapshot of the view is written instead of an entry, and the entries are deleted."""
         group, self._open = self._open, _Group()
         group.state, self._committing = "committing", group
         base, new = self._version, os.urandom(12).hex().encode()
@@ -266,19 +264,17 @@ class Ledger:
                 self._journal.append(entry)
                 self._journaled += len(group.writes)
         else:
+            self._void(error, group)
+        self._cond.notify_all()
+
+    def _void(self, error: BaseException | None, *lost: _Group) -> None:
+        """Every decision not yet durable is lost (a commit failed, or a decision broke half-way): ``lost`` and the
+        open group are void and the view is rebuilt from the store at the next decision."""
+        for group in (*lost, self._open):
             group.state, group.error = "void", error
             if group.unwaited:
                 self._lost = error or True
-            self._void(error)
-        self._cond.notify_all()
-
-    def _void(self, error: BaseException | None) -> None:
-        """Every decision not yet durable is lost (a commit failed, or a decision broke half-way): the open group is
-        void and the view is rebuilt from the store at the next decision."""
-        group, self._open = self._open, _Group()
-        group.state, group.error = "void", error
-        if group.unwaited:
-            self._lost = error or True
+        self._open = _Group()
         self._fresh = False
 
     def _rebuild(self) -> None:

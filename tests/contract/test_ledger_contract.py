@@ -4,7 +4,6 @@ priority-then-submission order, and a second launcher process (or a restarted on
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,6 +16,7 @@ from cascade.scheduling.ledger import Ledger, Waiting
 from cascade.scheduling.placement import Inventory, Job, NoFit, Placement
 from cascade.stores import StateStore
 from tests.conftest import make_store
+from tests.helpers.waiting import eventually
 
 INVENTORY = {"flavors": [{"name": "a100", "vendor": "nvidia", "model": "A100", "memoryGiB": 80,
                           "nodes": [{"name": "big", "cards": 8, "cpu": 64, "hostMemoryGiB": 512}]}],
@@ -215,9 +215,7 @@ def test_decisions_taken_while_a_commit_is_under_way_share_the_next_commit(store
     followers = [threading.Thread(target=book, args=(f"f{i}", "2")) for i in range(3)]
     for t in followers:
         t.start()
-    deadline = time.monotonic() + 10
-    while len(led._open.writes) < 3 and time.monotonic() < deadline:  # all three decided, none durable yet
-        time.sleep(0.001)
+    eventually(lambda: len(led._open.writes) == 3, 10, "the three followers deciding while the lead commits")
     assert not results, "nobody answered before their decision was durable"
     gated.gate.set()
     for t in [first, *followers]:

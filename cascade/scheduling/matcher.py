@@ -46,6 +46,20 @@ class FreeIndex:
         only those cards move in the index."""
         name, free, by_share = n.name, n.free, self.by_share
         was = idle = self.idle[name]
+        if amount == -1.0 and all(free[i] == 1.0 for i in cards):  # whole idle cards booked: most moves are these
+            whole = by_share[1.0]
+            for i in cards:
+                del whole[name, i]
+                free[i] = 0.0
+            idle -= len(cards)
+            cards = []
+        elif amount == 1.0 and all(free[i] == 0.0 for i in cards):  # ... and given back
+            whole = by_share[1.0] if 1.0 in by_share else self._cards(1.0)
+            for i in cards:
+                whole[name, i] = n
+                free[i] = 1.0
+            idle += len(cards)
+            cards = []
         for i in cards:
             f = free[i]
             if f > EPS:

@@ -12,22 +12,25 @@ behave the same.
 Under load the store's round trips, not the work, bound a dispatcher: ``claim_many`` claims a
 batch of events in one round trip, and ``complete`` is a group commit (everything completed
 while the previous write was in flight goes in the next ``put_many``), so a thousand events a
-second cost tens of round trips, not thousands.
+second cost tens of round trips, not thousands; ``complete_later`` lets the caller move on while
+the write is in flight.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from enum import Enum
 
 from cascade.stores import StateStore
 
 DONE = b"done"
+log = logging.getLogger("cascade.idempotency")
 
 
 class Claim(Enum):
@@ -82,7 +85,7 @@ class Idempotency:
         self.claim_ttl, self.done_ttl = claim_ttl, done_ttl
         self.liveness = liveness
         self.owner = (liveness.owner if liveness else f"owner-{uuid.uuid4().hex}").encode()
-        self._done: queue.SimpleQueue[tuple[str, Future[None]]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, Callable[[BaseException | None], None]]] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None  # started by the first completion
         self._start = threading.Lock()
 
@@ -123,36 +126,43 @@ class Idempotency:
         """Mark the event handled; returns once the store has it. Concurrent callers share one write: a writer
         thread puts everything queued while its last write was in flight in the next one."""
         future: Future[None] = Future()
+        self.complete_later(source, id, lambda exc: future.set_result(None) if exc is None else future.set_exception(exc))
+        future.result()
+
+    def complete_later(self, source: str, id: str, then: Callable[[BaseException | None], None]) -> None:
+        """``complete`` without waiting: ``then`` runs on the writer thread once the write is done (None) or failed
+        (the error), so a caller can go on with its next event instead of sleeping until the write is back. ``then``
+        must be quick and must not raise: every completion after it waits for it."""
         with self._start:
             if self._writer is None or not self._writer.is_alive():  # not started, or lost in a fork
                 self._writer = threading.Thread(target=self._write_completions, name="cascade-completions",
                                                 daemon=True)
                 self._writer.start()
-        self._done.put((self.key(source, id), future))
-        future.result()
+        self._done.put((self.key(source, id), then))
 
     def _write_completions(self) -> None:
         while True:
-            batch: dict[str, list[Future[None]]] = {}
-            key, waiter = self._done.get()
+            batch: dict[str, list[Callable[[BaseException | None], None]]] = {}
+            key, then = self._done.get()
             while True:
-                batch.setdefault(key, []).append(waiter)
+                batch.setdefault(key, []).append(then)
                 if len(batch) >= 1000:
                     break
                 try:
-                    key, waiter = self._done.get_nowait()
+                    key, then = self._done.get_nowait()
                 except queue.Empty:
                     break
+            error: BaseException | None = None
             try:
                 self.store.put_many(dict.fromkeys(batch, DONE), ttl=self.done_ttl)
-            except BaseException as exc:  # every waiter of this batch learns of it
-                for waiters in batch.values():
-                    for w in waiters:
-                        w.set_exception(exc)
-            else:
-                for waiters in batch.values():
-                    for w in waiters:
-                        w.set_result(None)
+            except BaseException as exc:  # every caller of this batch learns of it
+                error = exc
+            for callbacks in batch.values():
+                for call in callbacks:
+                    try:
+                        call(error)
+                    except Exception:  # one caller's bug must not stop the completions of every other
+                        log.exception("completion callback failed")
 
     def release(self, source: str, id: str) -> None:
         """Give a claim back after a failure so a retry can run the handler."""

@@ -9,6 +9,7 @@ contiguous acknowledged prefix, so a crash never skips an unfinished event.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -71,6 +72,10 @@ class TriggerWorker:
         self._running: set[TopicPartition] = set()
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
+        self._written = threading.Condition()  # completions handed to the store's writer, not yet written
+        self._unwritten, self._unwritten_limit = 0, buffer
+        self._rewrites: queue.SimpleQueue[tuple[Record, tuple[str, str]]] = queue.SimpleQueue()
+        self._rewriter: threading.Thread | None = None
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> None:
@@ -99,21 +104,19 @@ class TriggerWorker:
                             return
                         self._enqueue(record)
                     continue
-                pending = deque(records)
-                while pending:  # unordered: claim as many as there are free slots in one round trip
+                # unordered: the whole poll's events are claimed in one round trip, then each waits for a slot
+                # (claiming only as many as there were free slots made a round trip per record or two: the
+                # poll thread, not the deliveries, set the pace)
+                for record, claimed in zip(records, self._claim(records)):
                     if not self._slot():
                         return
-                    chunk = [pending.popleft()]
-                    while pending and self._slots.acquire(blocking=False):
-                        self.stats.add(in_flight=1)
-                        chunk.append(pending.popleft())
-                    for record, claimed in zip(chunk, self._claim(chunk)):
-                        self._pool.submit(self._handle_and_ack, record, claimed)
+                    self._pool.submit(self._handle_and_ack, record, claimed)
         except Exception:
             log.exception("trigger %s: consumer loop failed", self.trigger.name)
             raise
         finally:
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._drain_completions(10.0)  # what was delivered is acknowledged before the offsets are committed
             consumer.close()
 
     def _slot(self) -> bool:
@@ -172,7 +175,8 @@ class TriggerWorker:
             while not self.stop_event.is_set():
                 try:
                     first, claimed = claimed, None  # a batch claim holds for the first attempt only
-                    if self.handle(record, held, first):
+                    done = self.handle(record, held, first, later=True)
+                    if done:
                         assert self._consumer is not None
                         self._consumer.ack(record)
                     return
@@ -185,11 +189,71 @@ class TriggerWorker:
             self.stats.add(in_flight=-1)
             self._slots.release()
 
+    # -- completions written behind the deliveries -------------------------------------
+    def _complete_later(self, record: Record, key: tuple[str, str]) -> None:
+        """Hand a delivered record's completion to the store's writer and go on: the writer acknowledges the record
+        once the completion is written. A delivery thread thus waits for its subscriber, not for the store; at
+        most ``buffer`` completions are unwritten at a time (then a delivery waits for room)."""
+        with self._written:
+            while self._unwritten >= self._unwritten_limit:
+                self._written.wait()
+            self._unwritten += 1
+
+        def then(error: BaseException | None) -> None:  # on the writer thread: quick, never raises
+            if error is None:
+                self._unrecorded.discard(key)
+                assert self._consumer is not None
+                self._consumer.ack(record)
+                self._wrote()
+            else:  # the store failed the batch: write it again on the rewrite thread
+                self._rewrites.put((record, key))
+                with self._written:
+                    if self._rewriter is None:
+                        self._rewriter = threading.Thread(target=self._rewrite, daemon=True,
+                                                          name=f"trigger-{self.trigger.name}-rewrite")
+                        self._rewriter.start()
+        self.idem.complete_later(*key, then)
+
+    def _rewrite(self) -> None:
+        """Completions whose write failed, written again one at a time until the store takes them (one thread, so
+        that a store that stays away holds neither the delivery threads nor the store's writer)."""
+        while True:
+            record, key = self._rewrites.get()
+            try:
+                while True:
+                    try:
+                        self.idem.complete(*key)
+                    except RetryableError as exc:  # the store is away: the record stays unacked until it is back
+                        log.warning("trigger %s: %s; retrying the completion", self.trigger.name, exc)
+                        if self.stop_event.wait(1.0):
+                            break  # not acknowledged: delivered again after a restart, then completed
+                        continue
+                    self._unrecorded.discard(key)
+                    assert self._consumer is not None
+                    self._consumer.ack(record)
+                    break
+            except Exception:
+                log.exception("trigger %s: completing %s/%s failed", self.trigger.name, record.partition,
+                              record.offset)
+            finally:
+                self._wrote()
+
+    def _wrote(self) -> None:
+        with self._written:
+            self._unwritten -= 1
+            self._written.notify_all()
+
+    def _drain_completions(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until every handed-off completion is written and acknowledged."""
+        with self._written:
+            self._written.wait_for(lambda: self._unwritten == 0, timeout)
+
     def handle(self, record: Record, held: set[tuple[str, str]] | None = None,
-               claimed: tuple[CloudEvent, Claim] | None = None) -> bool:
+               claimed: tuple[CloudEvent, Claim] | None = None, *, later: bool = False) -> bool:
         """Handle one record; True when it may be acknowledged. ``held``: claims an earlier attempt
         at this same record took and could not give back (the store was down). ``claimed``: the record's
-        event and its claim, taken with its batch."""
+        event and its claim, taken with its batch. ``later``: a delivered event's completion is handed to the
+        store's writer, which acknowledges the record once it is written (False is returned)."""
         held = set() if held is None else held
         if claimed is not None:
             event = claimed[0]
@@ -232,7 +296,6 @@ class TriggerWorker:
             if outcome.aborted:
                 self.idem.release(source, ident)
                 return False
-            self.stats.add(retried=outcome.attempts - 1)
             if outcome.ok:
                 for reply in outcome.replies:
                     for name in ("traceparent", "tracestate", "project"):
@@ -240,8 +303,9 @@ class TriggerWorker:
                             reply[name] = event[name]
                 if outcome.replies:
                     self.bus.publish_many(self.topic, list(outcome.replies))
-                self.stats.add(delivered=1)
+                self.stats.add(delivered=1, retried=outcome.attempts - 1)  # one lock round for both
             else:
+                self.stats.add(retried=outcome.attempts - 1)
                 self._dead_letter(record, outcome.code, outcome.error, outcome.attempts)
         except RetryableError:
             raise  # bus or store away: the claim stays ours (this record's next attempt re-takes it)
@@ -249,6 +313,9 @@ class TriggerWorker:
             self.idem.release(source, ident)
             raise
         self._unrecorded.add((source, ident))  # until the store has it, a retry must not deliver again
+        if later:
+            self._complete_later(record, (source, ident))
+            return False
         self.idem.complete(source, ident)
         self._unrecorded.discard((source, ident))
         return True

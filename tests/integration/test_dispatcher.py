@@ -13,15 +13,18 @@ import httpx
 import pytest
 from cloudevents.http import CloudEvent
 
+from cascade.core.errors import StoreUnavailable
 from cascade.events.bindings import http as ce_http
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus import EventBus
 from cascade.events.dispatcher import Dispatcher
 from cascade.events.dispatcher.deadletters import list_letters, replay
+from cascade.events.dispatcher.service import trigger_lag
 from cascade.events.envelope import new_event
 from cascade.events.triggers import Trigger
 from cascade.stores import StateStore
-from tests.conftest import drain, make_bus, make_store
+from cascade.stores.redis import RedisStore
+from tests.conftest import REDIS, drain, make_bus, make_store
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
 
 
@@ -266,6 +269,40 @@ def test_metrics_and_saved_stats(bus: EventBus, store: StateStore, sub: Subscrib
     assert f'cascade_trigger_delivered_total{{trigger="{t.name}"}} 4.0' in text
     assert f'cascade_trigger_lag{{trigger="{t.name}"}}' in text
     assert store.get_record("trigger-stats", t.name)["delivered"] == 4  # type: ignore[index]
+
+
+class RefusesCompletions(RedisStore):
+    """Refuses ``put_many``, how completions are written, while ``down`` is set (claims still work)."""
+
+    down = False
+    refused = 0
+
+    def put_many(self, items: Any, *, ttl: float | None = None) -> None:
+        if self.down:
+            self.refused += 1
+            raise StoreUnavailable("the store is away")
+        super().put_many(items, ttl=ttl)
+
+
+def test_a_completion_the_store_refused_is_written_when_it_is_back_and_only_then_acknowledged(
+        bus: EventBus, sub: Subscriber, topic: str) -> None:
+    store = RefusesCompletions(REDIS, namespace=f"test-{topic}")
+    store.down = True
+    t = trigger(f"{topic}-rw", sub.url("/rw"))
+    event = job(1)
+    bus.publish(topic, event)
+    with running(bus, store, topic, t) as dispatcher:
+        eventually(lambda: dispatcher.stats()[t.name]["delivered"] == 1)
+        eventually(lambda: store.refused >= 2, what="the refused completion tried again")
+        assert trigger_lag(bus, t, topic) == 1, "acknowledged before its completion was written"
+        store.down = False
+        eventually(lambda: trigger_lag(bus, t, topic) == 0, what="acknowledged once the store took the completion")
+        assert dispatcher.stats()[t.name]["in_flight"] == 0
+    with running(bus, store, topic, trigger(f"{topic}-rw", sub.url("/rw"))) as again:
+        bus.publish(topic, event)  # the same event once more: the written completion makes it a duplicate
+        eventually(lambda: again.stats()[t.name]["duplicates"] == 1)
+    assert len(sub.at("/rw")) == 1
+    store.close()
 
 
 @pytest.mark.slow

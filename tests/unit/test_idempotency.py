@@ -59,3 +59,18 @@ def test_completions_that_queue_behind_a_write_share_the_next_one(tmp_path: Path
         t.join(10)
     assert store.writes == [1, 20], "the 20 queued completions went in one write"
     assert idem.claim_many([("/s", f"e{i}") for i in range(20)]) == [Claim.DONE] * 20
+
+
+def test_complete_later_calls_back_once_the_write_is_done_or_with_the_error(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path / "s.db")
+    idem = Idempotency(store, "t")
+    outcomes: list[BaseException | None] = []
+    store.down = True
+    idem.complete_later("/s", "e0", outcomes.append)
+    eventually(lambda: len(outcomes) == 1, 5, "the refused write's callback")
+    assert isinstance(outcomes[0], StoreUnavailable)
+    assert idem.claim_many([("/s", "e0")]) == [Claim.ACQUIRED], "nothing was written"
+    store.down = False
+    idem.complete_later("/s", "e1", outcomes.append)
+    eventually(lambda: len(outcomes) == 2, 5, "the written completion's callback")
+    assert outcomes[1] is None and idem.claim_many([("/s", "e1")]) == [Claim.DONE]

@@ -23,9 +23,9 @@ four times as many writes as the snapshot has records. A decision runs on the pr
 in memory (one thread at a time), as Kueue's scheduler assumes a workload in its cache; its
 writes join the open group, and one conditional transaction over the version of the last commit
 (``scheduler:version``) makes a whole group durable: decisions taken while a commit is under way
-share the next one (group commit), and a caller acts on an answer only once it is durable. If another process committed
-since, nothing is written, the group's decisions are void, the view is rebuilt from the store and
-each is taken again.
+share the next one (group commit), and a caller acts on an answer only once it is durable. If
+another process committed since, nothing is written, the group's decisions are void, the view is
+rebuilt from the store and each is taken again.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class FreeIndex:
             idle -= len(cards)
             cards = []
         elif amount == 1.0 and all(free[i] == 0.0 for i in cards):  # ... and given back
-            whole = by_share[1.0] if 1.0 in by_share else self._cards(1.0)
+            whole = self._cards(1.0)
             for i in cards:
                 whole[name, i] = n
                 free[i] = 1.0

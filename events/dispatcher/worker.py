@@ -175,8 +175,7 @@ class TriggerWorker:
             while not self.stop_event.is_set():
                 try:
                     first, claimed = claimed, None  # a batch claim holds for the first attempt only
-                    done = self.handle(record, held, first, later=True)
-                    if done:
+                    if self.handle(record, held, first, later=True):
                         assert self._consumer is not None
                         self._consumer.ack(record)
                     return
@@ -201,9 +200,7 @@ class TriggerWorker:
 
         def then(error: BaseException | None) -> None:  # on the writer thread: quick, never raises
             if error is None:
-                self._unrecorded.discard(key)
-                assert self._consumer is not None
-                self._consumer.ack(record)
+                self._recorded(record, key)
                 self._wrote()
             else:  # the store failed the batch: write it again on the rewrite thread
                 self._rewrites.put((record, key))
@@ -228,15 +225,19 @@ class TriggerWorker:
                         if self.stop_event.wait(1.0):
                             break  # not acknowledged: delivered again after a restart, then completed
                         continue
-                    self._unrecorded.discard(key)
-                    assert self._consumer is not None
-                    self._consumer.ack(record)
+                    self._recorded(record, key)
                     break
             except Exception:
                 log.exception("trigger %s: completing %s/%s failed", self.trigger.name, record.partition,
                               record.offset)
             finally:
                 self._wrote()
+
+    def _recorded(self, record: Record, key: tuple[str, str]) -> None:
+        """The store has the record's completion: a retry need not deliver it again, and it may be acknowledged."""
+        self._unrecorded.discard(key)
+        assert self._consumer is not None
+        self._consumer.ack(record)
 
     def _wrote(self) -> None:
         with self._written:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from cascade.core.errors import InvalidInput
 
@@ -10,6 +11,7 @@ _ISO = re.compile(r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?
                   r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
 
 
+@lru_cache(maxsize=1024)  # a trigger's delivery spec is read per delivery
 def seconds(text: str, field: str = "duration") -> float:
     """Seconds in an ISO-8601 duration; InvalidInput naming ``field`` otherwise."""
     match = _ISO.match(text.strip()) if isinstance(text, str) else None

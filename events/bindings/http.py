@@ -104,9 +104,18 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
     )
 
 
+_HEADER_SAFE = "!#$&'()*+,/:;=?@[]^_`{|}~-."
+_NEEDS_NO_QUOTING = re.compile(r"[A-Za-z0-9" + re.escape(_HEADER_SAFE) + "]*")
+
+
+def _header(value: str) -> str:
+    """A percent-encoded header value (most are left alone by it: checked first, that costs a tenth of quoting)."""
+    return value if _NEEDS_NO_QUOTING.fullmatch(value) else quote(value, safe=_HEADER_SAFE)
+
+
 def to_binary(event: CloudEvent) -> tuple[dict[str, str], bytes]:
     """Headers and body for binary mode (what the dispatcher sends subscribers)."""
-    headers = {f"ce-{k}": quote(canonical(v), safe="!#$&'()*+,/:;=?@[]^_`{|}~-.")
+    headers = {f"ce-{k}": _header(canonical(v))
                for k, v in event.get_attributes().items() if k != "datacontenttype" and v is not None}
     headers["content-type"] = str(event.get("datacontenttype") or "application/json")
     return headers, json.dumps(event.get_data(), separators=(",", ":")).encode()

@@ -1,13 +1,17 @@
 """One trigger's consumer loop: decode, validate, filter, claim, deliver, then acknowledge.
 
-``unordered`` runs up to ``concurrency`` deliveries at once; ``ordered`` runs one at a time
-per partition, in offset order. Either way a record is acknowledged only when it is fully
-handled (delivered, dead-lettered or filtered out), and the bus commits only the
-contiguous acknowledged prefix, so a crash never skips an unfinished event.
+``unordered`` runs up to ``concurrency`` deliveries at once on one event loop: a poll's events
+are claimed in one round trip and handed over in one go, and only what needs the bus or the
+store beyond that (a reply, a dead letter, a claim someone else holds) is handled on a thread.
+``ordered`` runs one at a time per partition, in offset order, on threads. Either way a record
+is acknowledged only when it is fully handled (delivered, dead-lettered or filtered out), and
+the bus commits only the contiguous acknowledged prefix, so a crash never skips an unfinished
+event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -21,14 +25,15 @@ from cloudevents.http import CloudEvent
 from cascade.core.errors import InvalidInput, RetryableError
 from cascade.events.bus import Consumer, EventBus, Record, TopicPartition
 from cascade.events.dispatcher.deadletters import dead_letter
-from cascade.events.dispatcher.delivery import deliver
-from cascade.events.dispatcher.http import ThreadLocalHTTP
+from cascade.events.dispatcher.delivery import Outcome, deliver, deliver_async
+from cascade.events.dispatcher.http import AsyncHTTP, ThreadLocalHTTP
 from cascade.events.envelope import check_event
 from cascade.events.triggers import Trigger
 from cascade.stores import StateStore
 from cascade.stores.idempotency import Claim, Idempotency, Liveness
 
 log = logging.getLogger("cascade.dispatcher")
+Claimed = tuple[CloudEvent, Claim]  # an event and the claim its batch took
 
 
 @dataclass
@@ -65,7 +70,7 @@ class TriggerWorker:
         self.stats = Stats()
         self._unrecorded: set[tuple[str, str]] = set()  # delivered, but the store did not take the completion
         self.stop_event = threading.Event()
-        self._slots = threading.Semaphore(buffer if trigger.ordering == "ordered" else trigger.concurrency)
+        self._slots = threading.Semaphore(buffer)  # ordered: records read ahead of their partition's turn
         self._pool = ThreadPoolExecutor(trigger.concurrency if trigger.ordering == "unordered" else 64,
                                         thread_name_prefix=f"trigger-{trigger.name}")
         self._queues: dict[TopicPartition, deque[Record]] = {}
@@ -76,6 +81,8 @@ class TriggerWorker:
         self._unwritten, self._unwritten_limit = 0, buffer
         self._rewrites: queue.SimpleQueue[tuple[Record, tuple[str, str]]] = queue.SimpleQueue()
         self._rewriter: threading.Thread | None = None
+        self._room = threading.Condition()  # unordered: records handed to the delivery loop, not yet finished
+        self._backlog = 0
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> None:
@@ -91,26 +98,10 @@ class TriggerWorker:
                     return
         self._consumer = consumer
         try:
-            while not self.stop_event.is_set():
-                try:
-                    records = consumer.poll(0.2, max_records=200)
-                except RetryableError as exc:  # the broker is away for a moment: keep the trigger alive
-                    log.warning("trigger %s: poll failed (%s); retrying", self.trigger.name, exc)
-                    self.stop_event.wait(1.0)
-                    continue
-                if self.trigger.ordering == "ordered":
-                    for record in records:
-                        if not self._slot():
-                            return
-                        self._enqueue(record)
-                    continue
-                # unordered: the whole poll's events are claimed in one round trip, then each waits for a slot
-                # (claiming only as many as there were free slots made a round trip per record or two: the
-                # poll thread, not the deliveries, set the pace)
-                for record, claimed in zip(records, self._claim(records)):
-                    if not self._slot():
-                        return
-                    self._pool.submit(self._handle_and_ack, record, claimed)
+            if self.trigger.ordering == "ordered":
+                self._poll_ordered(consumer)
+            else:
+                self._poll_unordered(consumer)
         except Exception:
             log.exception("trigger %s: consumer loop failed", self.trigger.name)
             raise
@@ -118,6 +109,125 @@ class TriggerWorker:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._drain_completions(10.0)  # what was delivered is acknowledged before the offsets are committed
             consumer.close()
+
+    def _poll(self, consumer: Consumer) -> list[Record]:
+        try:
+            return consumer.poll(0.2, max_records=200)
+        except RetryableError as exc:  # the broker is away for a moment: keep the trigger alive
+            log.warning("trigger %s: poll failed (%s); retrying", self.trigger.name, exc)
+            self.stop_event.wait(1.0)
+            return []
+
+    def _poll_ordered(self, consumer: Consumer) -> None:
+        while not self.stop_event.is_set():
+            for record in self._poll(consumer):
+                if not self._slot():
+                    return
+                self._enqueue(record)
+
+    # -- unordered: one event loop delivers -------------------------------------------
+    def _poll_unordered(self, consumer: Consumer) -> None:
+        """Claim each poll's events in one round trip and hand them to the delivery loop in one go (a hand-off per
+        poll, not per event); the poll waits while ``concurrency`` records are waiting or in flight. On stop, what
+        is in flight finishes and what still waits is dropped unacknowledged (delivered after a restart)."""
+        loop = asyncio.new_event_loop()
+        incoming: asyncio.Queue[tuple[Record, Claimed | None] | None] = asyncio.Queue()
+        stopping = asyncio.Event()
+        runner = threading.Thread(target=loop.run_until_complete, args=(self._deliveries(incoming, stopping),),
+                                  name=f"trigger-{self.trigger.name}-deliveries", daemon=True)
+        runner.start()
+        try:
+            while not self.stop_event.is_set():
+                records = self._poll(consumer)
+                if not records:
+                    continue
+                batch = list(zip(records, self._claim(records)))
+                with self._room:
+                    while self._backlog >= self.trigger.concurrency:
+                        if self.stop_event.is_set():
+                            self._give_back(batch)
+                            return
+                        self._room.wait(0.2)
+                    self._backlog += len(batch)
+                self.stats.add(in_flight=len(batch))
+                loop.call_soon_threadsafe(_put_all, incoming, batch)
+        finally:
+            loop.call_soon_threadsafe(stopping.set)
+            runner.join()
+            loop.close()
+
+    async def _deliveries(self, incoming: asyncio.Queue[tuple[Record, Claimed | None] | None],
+                          stopping: asyncio.Event) -> None:
+        client = AsyncHTTP(self.trigger.concurrency)
+
+        async def deliverer() -> None:
+            while (item := await incoming.get()) is not None:
+                try:
+                    await self._handle_async(client, *item, stopping)
+                except Exception:
+                    log.exception("trigger %s: handling %s/%s failed", self.trigger.name, item[0].partition,
+                                  item[0].offset)
+                finally:
+                    self._finished(1)
+
+        tasks = [asyncio.create_task(deliverer()) for _ in range(self.trigger.concurrency)]
+        try:
+            await stopping.wait()
+            dropped: list[tuple[Record, Claimed | None]] = []
+            while not incoming.empty():
+                if (item := incoming.get_nowait()) is not None:
+                    dropped.append(item)
+            self._give_back(dropped)
+            self._finished(len(dropped))
+            for _ in tasks:
+                incoming.put_nowait(None)
+            await asyncio.gather(*tasks)
+        finally:
+            await client.close()
+
+    def _give_back(self, items: list[tuple[Record, Claimed | None]]) -> None:
+        """Release the claims of records dropped on stop, so that whoever reads them next need not wait for the
+        claims to expire (best effort: with the store away, they do)."""
+        for _, claimed in items:
+            if claimed is not None and claimed[1] is Claim.ACQUIRED:
+                try:
+                    self.idem.release(str(claimed[0]["source"]), str(claimed[0]["id"]))
+                except RetryableError:
+                    return
+
+    def _finished(self, n: int) -> None:
+        if not n:
+            return
+        self.stats.add(in_flight=-n)
+        with self._room:
+            self._backlog -= n
+            if self._backlog < self.trigger.concurrency:
+                self._room.notify()
+
+    async def _handle_async(self, client: AsyncHTTP, record: Record, claimed: Claimed | None,
+                            stopping: asyncio.Event) -> None:
+        """A freshly claimed event is delivered and settled here; anything else (no claim, someone else's, a
+        second copy in flight) is handled on a thread, where the store may be asked and waited for."""
+        loop = asyncio.get_running_loop()
+        if claimed is None or claimed[1] is not Claim.ACQUIRED:
+            await loop.run_in_executor(self._pool, self._handle_until_done, record, claimed)
+            return
+        event = claimed[0]
+        key = (str(event["source"]), str(event["id"]))
+        if key in self._unrecorded:
+            await loop.run_in_executor(self._pool, self._handle_until_done, record, claimed)
+            return
+        try:
+            outcome = await deliver_async(client, self.url, event, self.trigger.delivery, stopping, self.auth)
+        except BaseException:
+            self.idem.release(*key)
+            raise
+        if outcome.ok and not outcome.replies and self._unwritten < self._unwritten_limit:
+            self._settle(record, event, key, outcome, later=True)  # no I/O on this path: the store's writer acks
+            return
+        # replies to publish, a dead letter, a stop, or completions piling up: bus and store calls, on a thread
+        await loop.run_in_executor(self._pool, self._until_done, record, {key},
+                                   lambda: self._settle(record, event, key, outcome, later=True))
 
     def _slot(self) -> bool:
         """Wait for room for one more record in flight; False when stopping."""
@@ -127,7 +237,7 @@ class TriggerWorker:
         self.stats.add(in_flight=1)
         return True
 
-    def _claim(self, records: list[Record]) -> list[tuple[CloudEvent, Claim] | None]:
+    def _claim(self, records: list[Record]) -> list[Claimed | None]:
         """Decode and filter ``records`` and claim the events to deliver in one round trip; None where the
         record's handler decides by itself (not an event, filtered out, a replay, the store away)."""
         wanted: list[tuple[int, CloudEvent]] = []
@@ -139,7 +249,7 @@ class TriggerWorker:
                 continue
             if not event.get("cascadereplay") and self.trigger.matches(event.get_attributes(), event.get_data()):
                 wanted.append((i, event))
-        out: list[tuple[CloudEvent, Claim] | None] = [None] * len(records)
+        out: list[Claimed | None] = [None] * len(records)
         if not wanted:
             return out
         try:
@@ -169,24 +279,34 @@ class TriggerWorker:
             self._handle_and_ack(record)
 
     # -- one record --------------------------------------------------------------------
-    def _handle_and_ack(self, record: Record, claimed: tuple[CloudEvent, Claim] | None = None) -> None:
-        held: set[tuple[str, str]] = set()  # claims this record's own attempts took and still hold
+    def _handle_and_ack(self, record: Record) -> None:
         try:
-            while not self.stop_event.is_set():
+            self._handle_until_done(record)
+        finally:
+            self.stats.add(in_flight=-1)
+            self._slots.release()
+
+    def _handle_until_done(self, record: Record, claimed: Claimed | None = None) -> None:
+        held: set[tuple[str, str]] = set()  # claims this record's own attempts took and still hold
+        self._until_done(record, held, lambda: self.handle(record, held, claimed, later=True))
+
+    def _until_done(self, record: Record, held: set[tuple[str, str]], attempt: Callable[[], bool]) -> None:
+        """Run ``attempt`` (True: the record may be acknowledged now); while the bus or the store is away, handle the
+        record again (with the claims ``held`` by the earlier attempts) until that works or the worker stops."""
+        try:
+            while True:
                 try:
-                    first, claimed = claimed, None  # a batch claim holds for the first attempt only
-                    if self.handle(record, held, first, later=True):
+                    if attempt():
                         assert self._consumer is not None
                         self._consumer.ack(record)
                     return
                 except RetryableError as exc:  # bus or store down: try again, keep the record unacked
                     log.warning("trigger %s: %s; retrying", self.trigger.name, exc)
-                    self.stop_event.wait(1.0)
+                    if self.stop_event.wait(1.0):
+                        return
+                attempt = lambda: self.handle(record, held, None, later=True)  # noqa: E731
         except Exception:
             log.exception("trigger %s: handling %s/%s failed", self.trigger.name, record.partition, record.offset)
-        finally:
-            self.stats.add(in_flight=-1)
-            self._slots.release()
 
     # -- completions written behind the deliveries -------------------------------------
     def _complete_later(self, record: Record, key: tuple[str, str]) -> None:
@@ -250,7 +370,7 @@ class TriggerWorker:
             self._written.wait_for(lambda: self._unwritten == 0, timeout)
 
     def handle(self, record: Record, held: set[tuple[str, str]] | None = None,
-               claimed: tuple[CloudEvent, Claim] | None = None, *, later: bool = False) -> bool:
+               claimed: Claimed | None = None, *, later: bool = False) -> bool:
         """Handle one record; True when it may be acknowledged. ``held``: claims an earlier attempt
         at this same record took and could not give back (the store was down). ``claimed``: the record's
         event and its claim, taken with its batch. ``later``: a delivered event's completion is handed to the
@@ -294,8 +414,17 @@ class TriggerWorker:
             return True
         try:
             outcome = deliver(self.client, self.url, event, self.trigger.delivery, self.stop_event, self.auth)
+        except BaseException:
+            self.idem.release(source, ident)
+            raise
+        return self._settle(record, event, (source, ident), outcome, later)
+
+    def _settle(self, record: Record, event: CloudEvent, key: tuple[str, str], outcome: Outcome, later: bool) -> bool:
+        """After a delivery: publish its replies or dead-letter it, then complete it (``later``: by the store's
+        writer, which acknowledges the record; False is returned). Without replies or a dead letter, no I/O."""
+        try:
             if outcome.aborted:
-                self.idem.release(source, ident)
+                self.idem.release(*key)
                 return False
             if outcome.ok:
                 for reply in outcome.replies:
@@ -311,14 +440,14 @@ class TriggerWorker:
         except RetryableError:
             raise  # bus or store away: the claim stays ours (this record's next attempt re-takes it)
         except BaseException:
-            self.idem.release(source, ident)
+            self.idem.release(*key)
             raise
-        self._unrecorded.add((source, ident))  # until the store has it, a retry must not deliver again
+        self._unrecorded.add(key)  # until the store has it, a retry must not deliver again
         if later:
-            self._complete_later(record, (source, ident))
+            self._complete_later(record, key)
             return False
-        self.idem.complete(source, ident)
-        self._unrecorded.discard((source, ident))
+        self.idem.complete(*key)
+        self._unrecorded.discard(key)
         return True
 
     def _dead_letter(self, record: Record, code: int | None, error: str, attempts: int) -> None:
@@ -329,3 +458,8 @@ class TriggerWorker:
     def stop(self) -> None:
         self.stop_event.set()
 
+
+def _put_all(incoming: asyncio.Queue[tuple[Record, Claimed | None] | None], batch: list[tuple[Record, Claimed | None]]
+             ) -> None:
+    for item in batch:
+        incoming.put_nowait(item)

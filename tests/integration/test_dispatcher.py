@@ -23,6 +23,7 @@ from cascade.events.dispatcher.service import trigger_lag
 from cascade.events.envelope import new_event
 from cascade.events.triggers import Trigger
 from cascade.stores import StateStore
+from cascade.stores.idempotency import Idempotency
 from cascade.stores.redis import RedisStore
 from tests.conftest import REDIS, drain, make_bus, make_store
 from tests.helpers.subscriber import Answer, Delivery, Subscriber
@@ -252,6 +253,27 @@ def test_a_duplicate_event_reaches_the_subscriber_once(bus: EventBus, store: Sta
         eventually(lambda: dispatcher.stats()[t.name]["delivered"] + dispatcher.stats()[t.name]["duplicates"] == 2)
         assert dispatcher.stats()[t.name]["duplicates"] == 1
     assert len(sub.at("/dup")) == 1
+
+
+def test_records_still_waiting_at_stop_give_their_claims_back_and_are_delivered_after_a_restart(
+        bus: EventBus, store: StateStore, sub: Subscriber, topic: str) -> None:
+    t = trigger(f"{topic}-slow", sub.url("/slow"), concurrency=1)
+    events = [job(i, key=f"k{i}") for i in range(8)]
+    bus.publish_many(topic, events)
+    sub.delay = 0.3  # the whole poll is claimed and handed over while the first delivery takes its time
+    with running(bus, store, topic, t):
+        eventually(lambda: len(sub.at("/slow")) >= 1, what="the first delivery")
+    sub.delay = 0.0
+    claims = Idempotency(store, f"trigger:{t.group(topic)}")
+    delivered = {d.id for d in sub.at("/slow")}
+    waiting = [e for e in events if e["id"] not in delivered]
+    assert waiting, "records were waiting for the one delivery slot at stop"
+    assert [store.get(claims.key(e["source"], e["id"])) for e in waiting] == [None] * len(waiting), \
+        "claims given back"
+    assert all(store.get(claims.key(e["source"], e["id"])) == b"done" for e in events if e["id"] in delivered)
+    with running(bus, store, topic, t):
+        eventually(lambda: len(sub.at("/slow")) == len(events), what="the rest delivered")
+    assert sorted(d.id for d in sub.at("/slow")) == sorted(e["id"] for e in events), "each once"
 
 
 def test_metrics_and_saved_stats(bus: EventBus, store: StateStore, sub: Subscriber, topic: str) -> None:

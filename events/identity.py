@@ -135,6 +135,15 @@ class Authenticator:
         self.projects, self.platform_token, self.cache_seconds = projects, platform_token, cache_seconds
         self._cache: dict[str, tuple[Identity | None, float]] = {}
 
+    def knows(self, headers: Mapping[str, str]) -> bool:
+        """Whether ``require`` can answer these headers without asking the store (no credential, the platform's, or
+        a token checked in the last ``cache_seconds``): an async server then need not hand the check to a thread."""
+        token = bearer(headers)
+        if not token or matches(token, self.platform_token):
+            return True
+        cached = self._cache.get(token)
+        return cached is not None and cached[1] > time.monotonic()
+
     def identify(self, token: str) -> Identity | None:
         if not token:
             return None

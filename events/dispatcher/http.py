@@ -90,8 +90,9 @@ class ThreadLocalHTTP:
 
 
 class AsyncHTTP:
-    """Deliveries from one event loop: aiohttp keeps up to ``connections`` keep-alive connections per host
-    (and retries a request once on a kept connection the server had closed)."""
+    """Deliveries from one event loop: aiohttp keeps up to ``connections`` keep-alive connections. A request that a
+    server drops without an answer (a kept connection it had closed) is sent once more on a fresh connection, as
+    ``ThreadLocalHTTP`` does (aiohttp itself resends only idempotent methods, and a delivery is a POST)."""
 
     def __init__(self, connections: int) -> None:
         self._session = aiohttp.ClientSession(
@@ -100,15 +101,21 @@ class AsyncHTTP:
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: float) -> Response:
-        try:
-            async with self._session.post(url, data=body, headers=headers,
-                                          timeout=self._timeout(timeout)) as raw:
-                data = await raw.read()
-                return Response(raw.status, {k.lower(): v for k, v in raw.headers.items()}, data)
-        except (TimeoutError, asyncio.TimeoutError) as exc:
-            raise DeliveryTimeout(str(exc) or f"no response within {timeout}s") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise DeliveryError(f"{type(exc).__name__}: {exc}") from exc
+        for attempt in range(2):
+            try:
+                async with self._session.post(url, data=body, headers=headers,
+                                              timeout=self._timeout(timeout)) as raw:
+                    data = await raw.read()
+                    return Response(raw.status, {k.lower(): v for k, v in raw.headers.items()}, data)
+            except (TimeoutError, asyncio.TimeoutError) as exc:
+                raise DeliveryTimeout(str(exc) or f"no response within {timeout}s") from exc
+            except aiohttp.ServerDisconnectedError as exc:
+                if attempt == 0:
+                    continue  # the server closed a kept connection: once more, on a fresh one
+                raise DeliveryError(f"{type(exc).__name__}: {exc}") from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                raise DeliveryError(f"{type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         if seconds not in self._timeouts:

@@ -127,9 +127,10 @@ class TriggerWorker:
 
     # -- unordered: one event loop delivers -------------------------------------------
     def _poll_unordered(self, consumer: Consumer) -> None:
-        """Claim each poll's events in one round trip and hand them to the delivery loop in one go (a hand-off per
-        poll, not per event); the poll waits while ``concurrency`` records are waiting or in flight. On stop, what
-        is in flight finishes and what still waits is dropped unacknowledged (delivered after a restart)."""
+        """Once fewer than ``concurrency`` records are waiting or in flight, claim a poll's events in one round trip
+        and hand them to the delivery loop in one go (a hand-off per poll, not per event). On stop, what is in flight
+        finishes and what still waits is dropped unacknowledged, its claims given back (delivered after a
+        restart)."""
         loop = asyncio.new_event_loop()
         incoming: asyncio.Queue[tuple[Record, Claimed | None] | None] = asyncio.Queue()
         stopping = asyncio.Event()
@@ -141,15 +142,14 @@ class TriggerWorker:
                 records = self._poll(consumer)
                 if not records:
                     continue
-                batch = list(zip(records, self._claim(records)))
-                with self._room:
+                with self._room:  # room first, claims then: no claim waits behind a full loop
                     while self._backlog >= self.trigger.concurrency:
                         if self.stop_event.is_set():
-                            self._give_back(batch)
                             return
                         self._room.wait(0.2)
-                    self._backlog += len(batch)
-                self.stats.add(in_flight=len(batch))
+                    self._backlog += len(records)
+                self.stats.add(in_flight=len(records))
+                batch = list(zip(records, self._claim(records)))
                 loop.call_soon_threadsafe(_put_all, incoming, batch)
         finally:
             loop.call_soon_threadsafe(stopping.set)

@@ -11,11 +11,18 @@ _ISO = re.compile(r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?
                   r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
 
 
-@lru_cache(maxsize=1024)  # a trigger's delivery spec is read per delivery
 def seconds(text: str, field: str = "duration") -> float:
     """Seconds in an ISO-8601 duration; InvalidInput naming ``field`` otherwise."""
-    match = _ISO.match(text.strip()) if isinstance(text, str) else None
-    if not match or text.strip() in ("P", "PT") or text.strip().endswith("T"):
+    parsed = _parsed(text) if isinstance(text, str) else None
+    if parsed is None:
         raise InvalidInput(f"{field} {text!r} is not an ISO-8601 duration such as PT0.2S, PT30S or PT1M", field=field)
+    return parsed
+
+
+@lru_cache(maxsize=1024)  # a trigger's delivery spec is read per delivery
+def _parsed(text: str) -> float | None:
+    match = _ISO.match(text.strip())
+    if not match or text.strip() in ("P", "PT") or text.strip().endswith("T"):
+        return None
     parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
     return parts["d"] * 86400 + parts["h"] * 3600 + parts["m"] * 60 + parts["s"]

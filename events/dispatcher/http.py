@@ -98,13 +98,12 @@ class AsyncHTTP:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=connections, ssl=ssl.create_default_context()),
             skip_auto_headers=("User-Agent", "Content-Type"))
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def post(self, url: str, headers: dict[str, str], body: bytes, timeout: float) -> Response:
         for attempt in range(2):
             try:
                 async with self._session.post(url, data=body, headers=headers,
-                                              timeout=self._timeout(timeout)) as raw:
+                                              timeout=aiohttp.ClientTimeout(total=timeout)) as raw:
                     data = await raw.read()
                     return Response(raw.status, {k.lower(): v for k, v in raw.headers.items()}, data)
             except (TimeoutError, asyncio.TimeoutError) as exc:
@@ -116,11 +115,6 @@ class AsyncHTTP:
             except (aiohttp.ClientError, OSError) as exc:
                 raise DeliveryError(f"{type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
-
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        if seconds not in self._timeouts:
-            self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
-        return self._timeouts[seconds]
 
     async def close(self) -> None:
         await self._session.close()

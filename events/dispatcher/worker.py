@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from cloudevents.http import CloudEvent
 
@@ -81,8 +82,7 @@ class TriggerWorker:
         self._unwritten, self._unwritten_limit = 0, buffer
         self._rewrites: queue.SimpleQueue[tuple[Record, tuple[str, str]]] = queue.SimpleQueue()
         self._rewriter: threading.Thread | None = None
-        self._room = threading.Condition()  # unordered: records handed to the delivery loop, not yet finished
-        self._backlog = 0
+        self._room = threading.Condition()  # unordered: notified when the delivery loop has room again
 
     # -- the loop ----------------------------------------------------------------------
     def run(self) -> None:
@@ -143,11 +143,10 @@ class TriggerWorker:
                 if not records:
                     continue
                 with self._room:  # room first, claims then: no claim waits behind a full loop
-                    while self._backlog >= self.trigger.concurrency:
+                    while self.stats.in_flight >= self.trigger.concurrency:  # handed to the loop, not finished
                         if self.stop_event.is_set():
                             return
                         self._room.wait(0.2)
-                    self._backlog += len(records)
                 self.stats.add(in_flight=len(records))
                 batch = list(zip(records, self._claim(records)))
                 loop.call_soon_threadsafe(_put_all, incoming, batch)
@@ -191,7 +190,7 @@ class TriggerWorker:
         for _, claimed in items:
             if claimed is not None and claimed[1] is Claim.ACQUIRED:
                 try:
-                    self.idem.release(str(claimed[0]["source"]), str(claimed[0]["id"]))
+                    self.idem.release(*_key(claimed[0]))
                 except RetryableError:
                     return
 
@@ -200,8 +199,7 @@ class TriggerWorker:
             return
         self.stats.add(in_flight=-n)
         with self._room:
-            self._backlog -= n
-            if self._backlog < self.trigger.concurrency:
+            if self.stats.in_flight < self.trigger.concurrency:
                 self._room.notify()
 
     async def _handle_async(self, client: AsyncHTTP, record: Record, claimed: Claimed | None,
@@ -209,14 +207,11 @@ class TriggerWorker:
         """A freshly claimed event is delivered and settled here; anything else (no claim, someone else's, a
         second copy in flight) is handled on a thread, where the store may be asked and waited for."""
         loop = asyncio.get_running_loop()
-        if claimed is None or claimed[1] is not Claim.ACQUIRED:
+        if claimed is None or claimed[1] is not Claim.ACQUIRED or _key(claimed[0]) in self._unrecorded:
             await loop.run_in_executor(self._pool, self._handle_until_done, record, claimed)
             return
         event = claimed[0]
-        key = (str(event["source"]), str(event["id"]))
-        if key in self._unrecorded:
-            await loop.run_in_executor(self._pool, self._handle_until_done, record, claimed)
-            return
+        key = _key(event)
         try:
             outcome = await deliver_async(client, self.url, event, self.trigger.delivery, stopping, self.auth)
         except BaseException:
@@ -253,7 +248,7 @@ class TriggerWorker:
         if not wanted:
             return out
         try:
-            claims = self.idem.claim_many([(str(e["source"]), str(e["id"])) for _, e in wanted])
+            claims = self.idem.claim_many([_key(e) for _, e in wanted])
         except RetryableError:
             return out  # each handler tries again by itself
         for (i, event), claim in zip(wanted, claims):
@@ -304,7 +299,7 @@ class TriggerWorker:
                     log.warning("trigger %s: %s; retrying", self.trigger.name, exc)
                     if self.stop_event.wait(1.0):
                         return
-                attempt = lambda: self.handle(record, held, None, later=True)  # noqa: E731
+                attempt = partial(self.handle, record, held, None, later=True)
         except Exception:
             log.exception("trigger %s: handling %s/%s failed", self.trigger.name, record.partition, record.offset)
 
@@ -388,7 +383,7 @@ class TriggerWorker:
             if not self.trigger.matches(event.get_attributes(), event.get_data()):
                 self.stats.add(filtered=1)
                 return True
-        source, ident = str(event["source"]), str(event["id"])
+        source, ident = _key(event)
         if event.get("cascadereplay"):
             ident += f"#replay{event['cascadereplay']}"
         if (source, ident) in self._unrecorded:  # delivered already (by this or a concurrent attempt)
@@ -463,3 +458,8 @@ def _put_all(incoming: asyncio.Queue[tuple[Record, Claimed | None] | None], batc
              ) -> None:
     for item in batch:
         incoming.put_nowait(item)
+
+
+def _key(event: CloudEvent) -> tuple[str, str]:
+    """An event's idempotency key (a replay's, ``handle`` suffixes itself)."""
+    return str(event["source"]), str(event["id"])

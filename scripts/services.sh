@@ -179,8 +179,17 @@ CONF
   chmod 600 "$kube/kubeconfig"
   KUBECONFIG="$kube/kubeconfig" "$kube_bin/kubectl" apply --server-side -f "$root/scripts/kube/crds" >/dev/null \
     || { echo "services: installing the CRDs failed" >&2; exit 1; }
-  KUBECONFIG="$kube/kubeconfig" "$kube_bin/kubectl" wait --for condition=established --timeout=60s crd --all >/dev/null
+  crds_established || exit 1
   echo "services: kube-apiserver up on https://127.0.0.1:$kube_port (kubeconfig: $kube/kubeconfig)"
+}
+
+crds_established() {  # kubectl wait fails at once, rather than waiting, on a CRD whose status has no conditions yet
+  local deadline=$((SECONDS + 60))  # (just created, on a loaded machine): ask again until each says Established
+  until KUBECONFIG="$kube/kubeconfig" "$kube_bin/kubectl" wait --for condition=established --timeout=5s crd --all \
+      >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { echo "services: the CRDs were not Established within 60s" >&2; return 1; }
+    sleep 0.5
+  done
 }
 
 stop_kube() {

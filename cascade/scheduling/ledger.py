@@ -76,13 +76,7 @@ def job_from(doc: Mapping[str, Any]) -> Job:
                str(d["queue"]), float(d["min_memory_gib"]), float(d["cpu"]), float(d["memory_gib"]), bool(d["rdma"]))
 
 
-def shape(job: Job) -> tuple[Any, ...]:
-    """What decides whether a job fits: two waiting jobs of one shape fit, or not, alike."""
-    return (job.request.raw, job.workers, job.framework, job.project, job.queue, job.min_memory_gib, job.cpu,
-            job.memory_gib, job.rdma)
-
-
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Waiting:
     """A job in its queue: why it waits (per flavor) and what its launcher needs to start it later."""
 
@@ -357,7 +351,7 @@ class Ledger:
         """Into the in-memory queue: per shape, its jobs in admission order, so a pass tries each shape's head
         and never sorts or walks the whole queue."""
         self.waiting[waiting.job.id] = waiting
-        kind = shape(waiting.job)
+        kind = waiting.job.shape
         if kind not in self._vendors:
             self._vendors[kind] = self.matcher.vendor_of(waiting.job)
         bisect.insort(self.shapes.setdefault(kind, []), (-waiting.priority, waiting.seq, waiting.job.id))
@@ -365,7 +359,7 @@ class Ledger:
     def _dequeue(self, job_id: str) -> Waiting | None:
         waiting = self.waiting.pop(job_id, None)
         if waiting is not None:
-            kind, key = shape(waiting.job), (-waiting.priority, waiting.seq, job_id)
+            kind, key = waiting.job.shape, (-waiting.priority, waiting.seq, job_id)
             line = self.shapes[kind]
             i = bisect.bisect_left(line, key)
             if i < len(line) and line[i] == key:
@@ -398,9 +392,8 @@ class Ledger:
             return False
         vendor = self.matcher.vendor_of(job)
         quota = inv.quotas.get(job.project, {}).get(vendor)
-        need = job.workers * (job.request.count if job.request.share else job.request.cards)
         return bool(inv.cohort(job.project)[0]) and quota is not None and \
-            inv.used.get((job.project, vendor), 0.0) + need <= quota + 1e-9
+            inv.used.get((job.project, vendor), 0.0) + job.cards_needed <= quota + 1e-9
 
     def _reclaim(self, job: Job) -> Placement | None:
         """Place ``job`` by preempting work its cohort borrowed, if the job stays within its project's own quota.
@@ -450,13 +443,12 @@ class Ledger:
             if job.id in self.waiting:
                 return self.waiting[job.id]
             ticket = Waiting(job, priority, self._seq(), {}, self.clock(), dict(payload or {}))
-            try:
-                placement = self.matcher.place(job)
-            except NoFit as now:
+            placement = self.matcher.attempt(job)
+            if isinstance(placement, dict):  # no room now: why, per flavor
                 self._ever_fits(job)  # NoFit here: not even the empty inventory takes it
                 reclaimed = self._reclaim(job)
                 if reclaimed is None:
-                    waiting = Waiting(job, priority, ticket.seq, now.reasons, ticket.since, ticket.payload)
+                    waiting = Waiting(job, priority, ticket.seq, placement, ticket.since, ticket.payload)
                     self._wait(waiting)
                     return waiting
                 placement = reclaimed
@@ -466,7 +458,7 @@ class Ledger:
 
     def _ever_fits(self, job: Job) -> None:
         """NoFit if not even the empty inventory takes the job (remembered per shape: the answer never changes)."""
-        kind = shape(job)
+        kind = job.shape
         if kind not in self._never:
             try:
                 self.capacity.place(job)
@@ -517,7 +509,11 @@ class Ledger:
         fit either). After a release only shapes that could use the freed cards are tried. ``wanted`` is asked
         only of a job about to be admitted."""
         admitted: list[Admitted] = []
-        heads = [(line[0], kind) for kind, line in self.shapes.items() if freed is None or self._could_use(kind, freed)]
+        if freed is None or self.matcher.inventory.cohorts:  # a cohort's jobs may use quota the release freed
+            heads = [(line[0], kind) for kind, line in self.shapes.items()]
+        else:  # the freed cards' vendor, or CPU work, which any node may take
+            vendors = (freed.flavor.vendor, "cpu")
+            heads = [(line[0], kind) for kind, line in self.shapes.items() if self._vendors[kind] in vendors]
         heapq.heapify(heads)
         # Every head was tried after the last change but this release, so only the freed flavor can take one now;
         # quotas (freed for every flavor) and a change that no pass followed (a requeue, a rebuild) need them all.
@@ -541,12 +537,6 @@ class Ledger:
             if kind in self.shapes:
                 heapq.heappush(heads, (self.shapes[kind][0], kind))
         return admitted
-
-    def _could_use(self, kind: tuple[Any, ...], freed: Placement) -> bool:
-        """Whether a waiting job of shape ``kind`` could use what ``freed`` gave back (same vendor; or CPU work, which
-        any node may take; or any job of a cohort, whose quota the release may have freed)."""
-        vendor = self._vendors[kind]
-        return vendor == freed.flavor.vendor or vendor == "cpu" or bool(self.matcher.inventory.cohorts)
 
     def usage(self) -> dict[str, Any]:
         """Booked cards per flavor and per project and vendor, and the queue in admission order."""

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
+from typing import NamedTuple
 
 from cascade.scheduling import frameworks
-from cascade.scheduling.placement import Flavor, Inventory, Job, Node, NoFit, Placement, _cards_needed
+from cascade.scheduling.placement import Flavor, Inventory, Job, Node, NoFit, Placement
 
 EPS = 1e-9
+
+
+class Option(NamedTuple):
+    """One flavor of a queue as a kind of job sees it (``Matcher._plan``)."""
+
+    flavor: Flavor
+    free: FreeIndex | None  # its free index (None: its nodes are scanned)
+    fixed: str | None  # why a job of this kind can never use it; None: it could
+    image: str  # the image such a job runs there ("" where it cannot)
 
 
 class FreeIndex:
@@ -24,37 +34,49 @@ class FreeIndex:
     def __init__(self, nodes: list[Node]) -> None:
         most = max((len(n.free) for n in nodes), default=0)
         self.by_idle: list[dict[str, Node]] = [{} for _ in range(most + 1)]  # idle cards -> nodes
-        self.by_share: dict[float, dict[tuple[str, int], Node]] = {}  # free share -> cards
-        self.shares: list[float] = []  # by_share's keys, in order
+        self.by_share: dict[float, dict[tuple[str, int], Node]] = {}  # free share -> cards (in the order they came)
+        self.shares: list[float] = []  # the keys of by_share that hold a card, in order
         self.idle: dict[str, int] = {}  # node -> its idle cards (its place in by_idle)
         for n in nodes:
             self.idle[n.name] = n.idle_cards
             self.by_idle[n.idle_cards][n.name] = n
             for i, f in enumerate(n.free):
                 if f > EPS:
-                    self._cards(f)[(n.name, i)] = n
+                    self._add(f, (n.name, i), n)
 
-    def _cards(self, free: float) -> dict[tuple[str, int], Node]:
+    def _add(self, free: float, card: tuple[str, int], node: Node) -> None:
         key = round(free, 6)
-        if key not in self.by_share:
-            self.by_share[key] = {}
+        cards = self.by_share.get(key)
+        if cards is None:
+            cards = self.by_share[key] = {}
+        if not cards:
             bisect.insort(self.shares, key)
-        return self.by_share[key]
+        cards[card] = node
+
+    def _remove(self, free: float, card: tuple[str, int]) -> None:
+        key = round(free, 6)
+        cards = self.by_share[key]
+        if cards.pop(card, None) is not None and not cards:
+            del self.shares[bisect.bisect_left(self.shares, key)]
 
     def shift(self, n: Node, cards: list[int], amount: float) -> None:
         """Add ``amount`` to the free share of ``cards`` on ``n`` (negative: booked; at most a whole card free):
         only those cards move in the index."""
-        name, free, by_share = n.name, n.free, self.by_share
+        name, free = n.name, n.free
         was = idle = self.idle[name]
         if amount == -1.0 and all(free[i] == 1.0 for i in cards):  # whole idle cards booked: most moves are these
-            whole = by_share[1.0]
+            whole = self.by_share[1.0]
             for i in cards:
                 del whole[name, i]
                 free[i] = 0.0
+            if not whole:
+                self.shares.pop()  # 1.0 is the largest share
             idle -= len(cards)
             cards = []
         elif amount == 1.0 and all(free[i] == 0.0 for i in cards):  # ... and given back
-            whole = self._cards(1.0)
+            whole = self.by_share.setdefault(1.0, {})
+            if not whole:
+                self.shares.append(1.0)
             for i in cards:
                 whole[name, i] = n
                 free[i] = 1.0
@@ -63,13 +85,12 @@ class FreeIndex:
         for i in cards:
             f = free[i]
             if f > EPS:
-                by_share[round(f, 6)].pop((name, i), None)
+                self._remove(f, (name, i))
             if f >= 1 - EPS:
                 idle -= 1
             free[i] = f = min(1.0, f + amount)
             if f > EPS:
-                key = round(f, 6)
-                (by_share[key] if key in by_share else self._cards(f))[(name, i)] = n
+                self._add(f, (name, i), n)
             if f >= 1 - EPS:
                 idle += 1
         if idle != was:
@@ -79,19 +100,19 @@ class FreeIndex:
 
     def whole(self, want: int) -> Node | None:
         """The node with the fewest idle cards that still has ``want``."""
-        for nodes in self.by_idle[want:]:
-            if nodes:
-                return next(iter(nodes.values()))
+        by_idle = self.by_idle
+        for k in range(want, len(by_idle)):
+            if by_idle[k]:
+                return next(iter(by_idle[k].values()))
         return None
 
     def share(self, need: float) -> tuple[Node, int] | None:
         """The fullest card that still has ``need`` free."""
-        for f in self.shares[bisect.bisect_left(self.shares, need - EPS):]:
-            cards = self.by_share[f]
-            if cards:
-                (_, index), node = next(iter(cards.items()))
-                return node, index
-        return None
+        at = bisect.bisect_left(self.shares, need - EPS)
+        if at == len(self.shares):
+            return None
+        (_, index), node = next(iter(self.by_share[self.shares[at]].items()))
+        return node, index
 
     def fill(self, want: int, workers: int) -> list[tuple[Node, list[int], float]] | None:
         """Best fit for several workers of ``want`` whole cards each: each worker goes to the node with the fewest
@@ -120,10 +141,10 @@ class FreeIndex:
 class Matcher:
     def __init__(self, inventory: Inventory, *, default_vendor: str = "nvidia", naive: bool = False) -> None:
         self.inventory, self.default_vendor, self.naive = inventory, default_vendor, naive
+        # Whether any project has a quota (overall or per cluster): only then does a placement depend on them.
+        self.quoted = bool(inventory.quotas or inventory.cluster_quotas)
         self._indexes: dict[str, FreeIndex | None] = {}
-        self._static: dict[tuple[object, ...], str | None] = {}  # (flavor, kind of job) -> its fixed reason
-        self._usable: dict[tuple[object, ...], list[Flavor]] = {}  # (queue, kind of job) -> flavors it may use
-        self._orders: dict[tuple[object, ...], list[tuple[Flavor, str | None]]] = {}  # (queue, kind) -> see _order
+        self._plans: dict[tuple[object, ...], tuple[list[Option], list[Option]]] = {}  # kind of job -> see _plan
         for flavor in inventory.flavors.values():  # built now, not in the first decision that needs one
             self._index(flavor)
 
@@ -136,28 +157,26 @@ class Matcher:
     def vendor_of(self, job: Job) -> str:
         return "cpu" if job.request.none else (job.request.vendor or self.default_vendor)
 
-    @property
-    def quoted(self) -> bool:
-        """Whether any project has a quota (overall or per cluster): only then does a placement depend on them."""
-        return bool(self.inventory.quotas or self.inventory.cluster_quotas)
+    def _plan(self, job: Job) -> tuple[list[Option], list[Option]]:
+        """The flavors of the job's queue in order, each with its free index, why a job of its kind can never use it
+        (None: it could) and the image it would run there; and the ones it could use. Worked out once per kind of job:
+        the inventory's flavors do not change, so only quotas and room are left to each decision."""
+        plan = self._plans.get(job.kind)
+        if plan is None:
+            order = []
+            for name in self.inventory.queues.get(job.queue, ()):
+                flavor = self.inventory.flavors[name]
+                fixed = self._fixed_reason(flavor, job)
+                image = "" if fixed is not None else frameworks.image(job.framework, flavor.vendor)
+                order.append(Option(flavor, self._indexes[name], fixed, image))
+            plan = self._plans[job.kind] = (order, [o for o in order if o.fixed is None])
+        return plan
 
-    @staticmethod
-    def _kind(job: Job) -> tuple[object, ...]:
-        """What, besides quotas, decides whether a job could ever use a flavor."""
-        return (job.request.raw, job.framework, job.rdma, job.min_memory_gib)
-
-    def _fixed(self, flavor: Flavor, job: Job) -> str | None:
-        """Why a job of this kind can never use the flavor (cached: the inventory's flavors do not change)."""
-        key = (flavor.name, *self._kind(job))
-        if key not in self._static:
-            self._static[key] = self._fixed_reason(flavor, job)
-        return self._static[key]
-
-    def _reason(self, flavor: Flavor, job: Job) -> str | None:
-        fixed = self._fixed(flavor, job)
-        if fixed is not None or not self.quoted:
-            return fixed
-        return self._quota(job, self.vendor_of(job), flavor.cluster)
+    def _reason(self, option: Option, job: Job) -> str | None:
+        """Why the job cannot use the flavor whatever its room: its kind, or its project's quota."""
+        if option.fixed is not None or not self.quoted:
+            return option.fixed
+        return self._quota(job, self.vendor_of(job), option.flavor.cluster)
 
     def _fixed_reason(self, flavor: Flavor, job: Job) -> str | None:
         req, vendor = job.request, self.vendor_of(job)
@@ -181,7 +200,7 @@ class Matcher:
         """Why the project's quota (with what its cohort lends), or its quota in the flavor's cluster, cannot
         take the job; or None."""
         inv = self.inventory
-        need = _cards_needed(job)
+        need = job.cards_needed
         local = inv.cluster_quotas.get(cluster, {}).get(job.project, {}).get(vendor)
         there = inv.used_in.get((job.project, cluster, vendor), 0.0)
         if cluster and local is not None and there + need > local + EPS:
@@ -199,19 +218,26 @@ class Matcher:
         lend = f"; cohort {cohort} has {max(0.0, pool - pool_used):g} unused to lend" if cohort else ""
         return f"quota exhausted: project {job.project} uses {used:g} of {quota:g} {vendor} cards{lend}"
 
-    def _fit(self, flavor: Flavor, job: Job) -> list[tuple[Node, list[int], float]] | None:
-        """Slots for every worker (cards, cores, host memory), or None; nothing is taken. The nodes an
-        earlier worker of the same job took from are seen through an overlay, the rest as they are."""
+    def _fit(self, flavor: Flavor, index: FreeIndex | None, job: Job) -> list[tuple[Node, list[int], float]] | None:
+        """Slots for every worker (cards, cores, host memory), or None; nothing is taken. A flavor with a free index
+        answers one worker (or several of whole cards) by a lookup; the others are scanned."""
         req = job.request
-        index = None if req.none else self._indexes[flavor.name]
-        if index is not None and job.workers > 1 and not req.share:
-            return index.fill(req.cards, job.workers)
-        if index is not None and job.workers == 1:  # one worker, no host booking: a lookup
-            if req.share:
-                hit = index.share(req.count)
-                return None if hit is None else [(hit[0], [hit[1]], req.count)]
-            node = index.whole(req.cards)
-            return None if node is None else [(node, [i for i, f in enumerate(node.free) if f >= 1 - EPS][:req.cards], 1.0)]
+        if index is not None and not req.none:
+            if job.workers == 1:
+                if req.share:
+                    hit = index.share(req.count)
+                    return None if hit is None else [(hit[0], [hit[1]], req.count)]
+                node = index.whole(req.cards)
+                return None if node is None else [(node, [i for i, f in enumerate(node.free) if f >= 1 - EPS][:req.cards],
+                                                   1.0)]
+            if not req.share:
+                return index.fill(req.cards, job.workers)
+        return self._scan(flavor, job)
+
+    def _scan(self, flavor: Flavor, job: Job) -> list[tuple[Node, list[int], float]] | None:
+        """``_fit`` over every node: the nodes an earlier worker of the same job took from are seen through an
+        overlay, the rest as they are."""
+        req = job.request
         over: dict[int, tuple[list[float], float, float]] = {}
         slots: list[tuple[Node, list[int], float]] = []
 
@@ -256,92 +282,82 @@ class Matcher:
             slots.append((node, taken, amount))
         return slots
 
-    def _candidates(self, job: Job) -> list[Flavor]:
-        """The flavors of the job's queue, in order, that a job of its kind could ever use (quota aside)."""
-        key = (job.queue, *self._kind(job))
-        if key not in self._usable:
-            order = [self.inventory.flavors[n] for n in self.inventory.queues.get(job.queue, ())]
-            self._usable[key] = [f for f in order if self._fixed(f, job) is None]
-        return self._usable[key]
-
-    def _order(self, job: Job) -> list[tuple[Flavor, str | None]]:
-        """The flavors of the job's queue, in order, each with why a job of its kind can never use it (or None)."""
-        key = (job.queue, *self._kind(job))
-        if key not in self._orders:
-            flavors = [self.inventory.flavors[n] for n in self.inventory.queues[job.queue]]
-            self._orders[key] = [(f, self._fixed(f, job)) for f in flavors]
-        return self._orders[key]
-
     def fits(self, job: Job, only: Flavor | None = None) -> Placement | None:
         """``place`` without the reasons: None when nothing fits now (the scheduler's admission passes ask this
         many times and need no explanation). ``only``: try that flavor alone (the others are known to be full)."""
-        quotas = self.quoted
-        for flavor in self._candidates(job):
+        quoted = self.quoted
+        for option in self._plan(job)[1]:
+            flavor = option.flavor
             if only is not None and flavor is not only:
                 continue
-            if quotas and self._quota(job, self.vendor_of(job), flavor.cluster) is not None:
+            if quoted and self._quota(job, self.vendor_of(job), flavor.cluster) is not None:
                 continue
-            slots = self._fit(flavor, job)
+            slots = self._fit(flavor, option.free, job)
             if slots is not None:
-                order = self.inventory.queues[job.queue]
-                skipped = {n: self._reason(self.inventory.flavors[n], job) or "no room"
-                           for n in order[:order.index(flavor.name)]}
-                return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), skipped)
+                skipped = {}
+                for before in self._plan(job)[0]:
+                    if before.flavor is flavor:
+                        break
+                    skipped[before.flavor.name] = self._reason(before, job) or "no room"
+                return Placement(job, flavor, slots, option.image, skipped)
         return None
 
     def place(self, job: Job) -> Placement:
-        reasons: dict[str, str] = {}
+        """Where the job would go now (nothing is taken); NoFit with one reason per flavor if nowhere."""
+        placement = self.attempt(job)
+        if isinstance(placement, dict):
+            raise NoFit(job, placement)
+        return placement
+
+    def attempt(self, job: Job) -> Placement | dict[str, str]:
+        """``place`` without raising: the placement, or the reasons per flavor (the scheduler queues most jobs that
+        do not fit yet, and builds no error for them)."""
         if job.queue not in self.inventory.queues:
-            raise NoFit(job, {"queue": f"no queue named {job.queue!r}"})
-        quoted = self.quoted
-        for flavor, fixed in self._order(job):
-            name = flavor.name
-            reason = fixed if fixed is not None or not quoted else self._quota(job, self.vendor_of(job), flavor.cluster)
+            return {"queue": f"no queue named {job.queue!r}"}
+        reasons: dict[str, str] = {}
+        for option in self._plan(job)[0]:
+            flavor = option.flavor
+            reason = self._reason(option, job)
             if reason is None:
-                slots = self._fit(flavor, job)
+                slots = self._fit(flavor, option.free, job)
                 if slots is not None:
-                    return Placement(job, flavor, slots, frameworks.image(job.framework, flavor.vendor), reasons)
-                index = self._index(flavor)
+                    return Placement(job, flavor, slots, option.image, reasons)
+                index = option.free
                 largest = index.largest() if index else max((n.idle_cards for n in flavor.nodes), default=0)
                 reason = (f"not enough free cards: needs {job.request.raw} x{job.workers}, "
                           f"the emptiest node has {largest} idle of {flavor.cards} cards in the flavor")
-                if (job.cpu or job.memory_gib) and self._fit(flavor, replace(job, cpu=0.0, memory_gib=0.0)):
+                if (job.cpu or job.memory_gib) and self._fit(flavor, index, replace(job, cpu=0.0, memory_gib=0.0)):
                     reason = (f"not enough free cores or host memory: needs {job.cpu:g} cores and "
                               f"{job.memory_gib:g} GiB per worker beside its cards")
-            reasons[name] = reason
-        raise NoFit(job, reasons)
+            reasons[flavor.name] = reason
+        return reasons
 
     def allocate(self, placement: Placement) -> None:
-        job = placement.job
-        index = self._indexes.get(placement.flavor.name)
-        for node, cards, amount in placement.slots:
-            if index:
-                index.shift(node, cards, -amount)
-            else:
-                for i in cards:
-                    node.free[i] -= amount
-            node.cpu -= job.cpu
-            node.memory_gib -= job.memory_gib
-        key = (placement.job.project, placement.flavor.vendor)
-        self.inventory.used[key] = self.inventory.used.get(key, 0.0) + _cards_needed(placement.job)
-        where = (placement.job.project, placement.flavor.cluster, placement.flavor.vendor)
-        self.inventory.used_in[where] = self.inventory.used_in.get(where, 0.0) + _cards_needed(placement.job)
+        self._move(placement, -1.0)
 
     def release(self, placement: Placement) -> None:
-        job = placement.job
-        index = self._indexes.get(placement.flavor.name)
+        self._move(placement, 1.0)
+
+    def _move(self, placement: Placement, sign: float) -> None:
+        """Book (``sign`` -1) or give back (+1) a placement's cards, cores and host memory, and count it in its
+        project's quota use."""
+        job, flavor = placement.job, placement.flavor
+        index = self._indexes.get(flavor.name)
+        host = job.cpu or job.memory_gib
         for node, cards, amount in placement.slots:
-            if index:
-                index.shift(node, cards, amount)
+            if index is not None:
+                index.shift(node, cards, sign * amount)
             else:
                 for i in cards:
-                    node.free[i] = min(1.0, node.free[i] + amount)
-            node.cpu = min(node.cpu_total, node.cpu + job.cpu)
-            node.memory_gib = min(node.memory_total, node.memory_gib + job.memory_gib)
-        key = (placement.job.project, placement.flavor.vendor)
-        self.inventory.used[key] = max(0.0, self.inventory.used.get(key, 0.0) - _cards_needed(placement.job))
-        where = (placement.job.project, placement.flavor.cluster, placement.flavor.vendor)
-        self.inventory.used_in[where] = max(0.0, self.inventory.used_in.get(where, 0.0) - _cards_needed(placement.job))
+                    node.free[i] = min(1.0, node.free[i] + sign * amount)
+            if host:
+                node.cpu = min(node.cpu_total, node.cpu + sign * job.cpu)
+                node.memory_gib = min(node.memory_total, node.memory_gib + sign * job.memory_gib)
+        inv, delta = self.inventory, -sign * job.cards_needed  # booked cards count as used
+        key = (job.project, flavor.vendor)
+        inv.used[key] = max(0.0, inv.used.get(key, 0.0) + delta)
+        where = (job.project, flavor.cluster, flavor.vendor)
+        inv.used_in[where] = max(0.0, inv.used_in.get(where, 0.0) + delta)
 
     def submit(self, job: Job) -> Placement:
         placement = self.place(job)

@@ -71,6 +71,23 @@ class Job:
     memory_gib: float = 0.0  # host memory per worker
     rdma: bool = False  # an RDMA interface per worker (the flavor's rdma resource)
 
+    # Worked out once per job (a waiting job is tried at many admission passes): only its own fields decide them.
+    @cached_property
+    def cards_needed(self) -> float:
+        """The cards the job books in all, a share counted as its fraction (what quotas count)."""
+        return self.workers * (self.request.count if self.request.share else self.request.cards)
+
+    @cached_property
+    def kind(self) -> tuple[object, ...]:
+        """What, besides quotas and room, decides which flavors of its queue the job could ever use."""
+        return (self.queue, self.request.raw, self.framework, self.rdma, self.min_memory_gib)
+
+    @cached_property
+    def shape(self) -> tuple[object, ...]:
+        """What decides whether the job fits: two waiting jobs of one shape fit, or not, alike."""
+        return (self.request.raw, self.workers, self.framework, self.project, self.queue, self.min_memory_gib,
+                self.cpu, self.memory_gib, self.rdma)
+
 
 @dataclass(frozen=True)
 class PodPlacement:
@@ -244,7 +261,3 @@ def memory_gib(value: object, field: str = "resources.memory") -> float:
     if not match or match.group(2) == "m":
         raise InvalidInput(f"memory {value!r} is not a Kubernetes memory quantity such as 512Mi or 2Gi", field=field)
     return quantity(value, field) / 2**30
-
-
-def _cards_needed(job: Job) -> float:
-    return job.workers * (job.request.count if job.request.share else job.request.cards)

@@ -170,6 +170,9 @@ class Cluster:
     context: str = ""
     namespace_prefix: str = "cascade-"
 
+    def __deepcopy__(self, memo: dict[int, object]) -> Cluster:
+        return self  # immutable: copies of an inventory share it (and compiled, a frozen class cannot be rebuilt)
+
 
 @dataclass
 class Inventory:

@@ -18,10 +18,10 @@ class ServerThread:
                  graceful: int | None = None) -> None:
         import uvicorn  # here, so importing this module stays cheap for the CLI
 
-        from cascade.core.httpguard import HeaderTimeoutH11
+        from cascade.core.httpguard import header_timeout_protocol
 
         self.name, self.host, self.port, self.scheme = name, host, port, "https" if tls else "http"
-        protocol = type("H11", (HeaderTimeoutH11,), {"header_timeout": header_timeout})
+        protocol = header_timeout_protocol(header_timeout)
         # ``tls``: (certificate file, key file) to serve HTTPS; ``graceful``: seconds a stop waits for requests in
         # flight before cancelling them (None: as long as they take; a server with endless streams sets it)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,

@@ -10,13 +10,14 @@ Each check answers with a JSON problem body before the application sees the requ
   (:class:`~cascade.core.errors.TooLarge` is raised inside the app's ``receive``);
 * an unhandled error becomes a JSON 500 and is counted (``on_error``), never a traceback.
 
-The header-read timeout lives a layer lower, in :class:`HeaderTimeoutH11`.
+The header-read timeout lives a layer lower, in the server's protocol (:func:`header_timeout_protocol`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -32,6 +33,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")  # control characters, refused in a (decoded) path
+_CHECKED = frozenset((b"host", b"origin", b"content-length"))
 
 
 def _hostname(value: str) -> str:
@@ -79,13 +82,18 @@ class HTTPGuard:
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str, str] | None:
         raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
-        if any(b < 0x20 or b == 0x7F for b in unquote_to_bytes(raw)):
+        if _CONTROL.search(unquote_to_bytes(raw) if b"%" in raw else raw):
             return 400, "InvalidPath", "control characters are not allowed in the path", "path"
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        refused = host_refusal(self.hosts, headers.get("host", ""), headers.get("origin"))
+        wanted: dict[bytes, bytes] = {}  # only the headers the checks read (servers give names in lower case)
+        for name, value in scope.get("headers", ()):
+            if name in _CHECKED:
+                wanted[name] = value
+        origin = wanted.get(b"origin")
+        refused = host_refusal(self.hosts, wanted.get(b"host", b"").decode("latin-1"),
+                               None if origin is None else origin.decode("latin-1"))
         if refused is not None:
             return refused
-        length = headers.get("content-length", "")
+        length = wanted.get(b"content-length", b"").decode("latin-1")
         if length.isdigit() and int(length) > self.max_body:
             return 413, "TooLarge", f"body of {length} bytes is over the {self.max_body}-byte limit", "content-length"
         return None
@@ -134,21 +142,25 @@ class HTTPGuard:
                 await answer(send, 500, "InternalError", "the server failed to handle this request; it was logged")
 
 
-class HeaderTimeoutH11(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head does not arrive in time.
+class _HeaderTimeout:
+    """Closes a connection whose request head does not arrive in time (mixed into uvicorn's HTTP protocols).
 
     uvicorn times out idle keep-alive connections but not a client that sends its headers one
-    byte a minute; 200 such connections would otherwise stay open for ever.
+    byte a minute; 200 such connections would otherwise stay open for ever. Both protocols set
+    ``cycle`` once a request's head is complete.
     """
 
     header_timeout = 10.0
+    cycle: Any
+    loop: Any
+    transport: Any
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        super().connection_made(transport)  # type: ignore[misc]
         self._arm_header_timer()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         self._arm_header_timer()
 
     def _arm_header_timer(self) -> None:
@@ -158,3 +170,19 @@ class HeaderTimeoutH11(H11Protocol):
     def _header_deadline(self, waiting_for: object) -> None:
         if self.cycle is waiting_for and not self.transport.is_closing():
             self.transport.close()
+
+
+class HeaderTimeoutH11(_HeaderTimeout, H11Protocol):
+    """uvicorn's pure-Python h11 protocol with the header timeout."""
+
+
+def header_timeout_protocol(header_timeout: float) -> type:
+    """uvicorn's httptools protocol (its C parser: about three times cheaper per request than h11) with the header
+    timeout; h11's where httptools is not installed."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        base: type = HeaderTimeoutH11
+    else:
+        base = type("HeaderTimeoutHttpTools", (_HeaderTimeout, HttpToolsProtocol), {})
+    return type("HeaderTimeoutHTTP", (base,), {"header_timeout": header_timeout})

@@ -31,7 +31,10 @@ class UnsupportedMediaType(InvalidInput):
 
 
 def _raw_content_type(headers: Mapping[str, str]) -> str:
-    return next((value.strip() for key, value in headers.items() if key.lower() == "content-type"), "")
+    value = headers.get("content-type")  # a case-insensitive mapping (the servers' and clients') answers at once
+    if value is None:
+        value = next((v for key, v in headers.items() if key.lower() == "content-type"), "")
+    return value.strip()
 
 
 def _content_type(headers: Mapping[str, str]) -> str:
@@ -93,7 +96,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> list[CloudEvent]:
         except InvalidInput as exc:
             raise InvalidEvent(exc.message) from exc
         return [_one(document)]
-    if any(k.lower() == "ce-specversion" for k in headers):
+    if headers.get("ce-specversion") is not None or any(k.lower() == "ce-specversion" for k in headers):
         if ctype and ctype != "application/json" and not ctype.endswith("+json"):
             raise UnsupportedMediaType(f"content type {ctype!r} is not JSON", field="content-type")
         return [_binary(headers, body, ctype)]

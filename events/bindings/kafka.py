@@ -38,8 +38,11 @@ class WireRecord:
         return None
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # json.dumps with options builds one per call
+
+
 def _dumps(data: Any) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(data).encode()
 
 
 def _as_bytes(value: str | bytes | None) -> bytes | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from cascade.events.envelope import check_event, new_event
 from cascade.events.gateway import webhooks
 from cascade.events.gateway.edge import add_edge_routes
 from cascade.events.gateway.errors import Forbidden, problem
+from cascade.events.gateway.ingest import EventsEndpoint, serve_plainly
 from cascade.events.gateway.jobs import Jobs
 from cascade.events.gateway.metrics import GatewayMetrics
 from cascade.events.gateway.ratelimit import RateLimiter
@@ -85,15 +86,42 @@ class Gateway:
         """The request body; the HTTP guard has already held it to ``max_body_bytes`` while it streamed."""
         return await request.body()
 
-    async def identity(self, request: Request, scope: str) -> Identity:
-        if self.auth.knows(request.headers):  # answered from memory: no hand-off to a thread and back
-            return self.auth.require(request.headers, scope)
-        return await run_in_threadpool(self.auth.require, request.headers, scope)
+    async def identity(self, headers: Mapping[str, str], scope: str) -> Identity:
+        if self.auth.knows(headers):  # answered from memory: no hand-off to a thread and back
+            return self.auth.require(headers, scope)
+        return await run_in_threadpool(self.auth.require, headers, scope)
 
     async def project(self, request: Request, scope: str) -> str:
         """The project a request acts for: the token's, or for the platform ``?project=`` (default ``default``)."""
-        identity = await self.identity(request, scope)
+        identity = await self.identity(request.headers, scope)
         return identity.project or request.query_params.get("project", "default")
+
+    async def accept_events(self, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+        """``POST /events``: CloudEvents in binary (``ce-`` headers), structured or batch mode, each checked against
+        what the token may publish and against its schema, then published (all or none)."""
+        identity = await self.identity(headers, "publish")
+        events = ce_http.parse(headers, body)
+        for i, event in enumerate(events):
+            at = f"/{i}" if len(events) > 1 else ""
+            owner = event.get("project")
+            if identity.platform:
+                if not isinstance(owner, str) or not owner:
+                    raise InvalidInput("the platform names the project of each event it publishes",
+                                       field=f"{at}/project")
+            elif owner is not None and owner != identity.project:
+                raise Forbidden(f"this token publishes into project {identity.project!r}, not {owner!r}",
+                                field=f"{at}/project")
+            elif not may_publish(identity, str(event["type"])):
+                raise Forbidden(f"{event['type']} is a platform event type; a project token publishes only "
+                                "dataset and labelling events (jobs go to POST /v1/jobs)", field=f"{at}/type")
+            event["project"] = owner if identity.platform else identity.project
+            try:
+                check_event(event)
+            except InvalidInput as exc:
+                exc.field = f"{at}{exc.field}"
+                raise
+        owner = identity.project or (str(events[0]["project"]) if events else "default")  # an empty batch: nothing
+        return await self.publish("/events", owner, events)
 
     @staticmethod
     def json(body: bytes) -> Any:
@@ -126,9 +154,9 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     """
     gw = Gateway(bus, store, settings or GatewaySettings(), topic, platform_token, check_job, poke)
     public_url = public_url or f"http://{gw.settings.host}:{gw.settings.port}"
-    app = FastAPI(title="Cascade event gateway", version="1",
-                  description="CloudEvents, storage notifications, labelling webhooks and job submissions "
-                              "in; validated CloudEvents on the bus out.")
+    app = _fastapi(title="Cascade event gateway", version="1",
+                   description="CloudEvents, storage notifications, labelling webhooks and job submissions "
+                               "in; validated CloudEvents on the bus out.")
     app.state.gateway = gw
 
     @app.exception_handler(CascadeError)
@@ -141,31 +169,10 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
 
     @app.post("/events", status_code=202, responses=ACCEPTED, tags=["events"],
               openapi_extra=_body_doc("application/json", ce_http.STRUCTURED, ce_http.BATCH))
-    async def post_events(request: Request) -> dict[str, Any]:
-        """CloudEvents in binary (``ce-`` headers), structured or batch mode."""
-        identity = await gw.identity(request, "publish")
-        events = ce_http.parse(request.headers, await gw.body(request))
-        for i, event in enumerate(events):
-            at = f"/{i}" if len(events) > 1 else ""
-            owner = event.get("project")
-            if identity.platform:
-                if not isinstance(owner, str) or not owner:
-                    raise InvalidInput("the platform names the project of each event it publishes",
-                                       field=f"{at}/project")
-            elif owner is not None and owner != identity.project:
-                raise Forbidden(f"this token publishes into project {identity.project!r}, not {owner!r}",
-                                field=f"{at}/project")
-            elif not may_publish(identity, str(event["type"])):
-                raise Forbidden(f"{event['type']} is a platform event type; a project token publishes only "
-                                "dataset and labelling events (jobs go to POST /v1/jobs)", field=f"{at}/type")
-            event["project"] = owner if identity.platform else identity.project
-            try:
-                check_event(event)
-            except InvalidInput as exc:
-                exc.field = f"{at}{exc.field}"
-                raise
-        owner = identity.project or (str(events[0]["project"]) if events else "default")  # an empty batch: nothing
-        return await gw.publish("/events", owner, events)
+    async def post_events(request: Request) -> None:
+        """CloudEvents in binary (``ce-`` headers), structured or batch mode."""  # served by EventsEndpoint
+
+    serve_plainly(app, "/events", EventsEndpoint(gw.accept_events, gw.metrics.rejected))
 
     @app.post("/webhooks/s3", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))
@@ -180,7 +187,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     async def label_studio(request: Request, dataset: str | None = None, connection: str | None = None) -> dict[str, Any]:
         """Label Studio webhook, header ``Authorization: Bearer <token>``. ``cascade sources label-studio connect``
         registers it with ``?connection=``; wired by hand, ``?dataset=`` names the dataset the labels are for."""
-        identity = await gw.identity(request, "publish")
+        identity = await gw.identity(request.headers, "publish")
         project = identity.project or request.query_params.get("project", "default")
         if connection is not None:
             record = await run_in_threadpool(gw.connections.get, connection, project)
@@ -226,14 +233,14 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     @app.get("/v1/sources", tags=["sources"])
     async def list_sources(request: Request) -> list[dict[str, Any]]:
         """The project's connected labelling tools (never their credentials)."""
-        identity = await gw.identity(request, "read")
+        identity = await gw.identity(request.headers, "read")
         records = await run_in_threadpool(gw.connections.list, identity.project)
         return [public(r) for r in records]
 
     @app.delete("/v1/sources/{conn_id}", tags=["sources"])
     async def disconnect_source(conn_id: str, request: Request) -> dict[str, Any]:
         """Remove the tool's webhook, revoke its token and forget the connection."""
-        identity = await gw.identity(request, "publish")
+        identity = await gw.identity(request.headers, "publish")
         record = await run_in_threadpool(gw.connections.get, conn_id, identity.project)
         return await run_in_threadpool(labelling.disconnect, gw.connections, record)
 
@@ -257,7 +264,7 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     async def get_job(job_id: str, request: Request) -> dict[str, Any]:
         """A job's record: spec, status and history."""
-        identity = await gw.identity(request, "read")
+        identity = await gw.identity(request.headers, "read")
         return await run_in_threadpool(gw.jobs.get, identity.project, job_id)
 
     @app.get("/v1/jobs", tags=["jobs"])
@@ -352,6 +359,16 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4")
 
     return app
+
+
+def _fastapi(**options: Any) -> FastAPI:
+    """The app, without FastAPI's own OpenTelemetry instrumentation (from 0.165): the gateway's metrics are
+    Prometheus (``/metrics``) and it makes no spans, and asking whether a provider is configured cost every
+    request 5 % of its time even with none."""
+    try:
+        return FastAPI(telemetry={"tracing": False, "metrics": False, "logs": False}, **options)
+    except TypeError:  # a FastAPI without native telemetry
+        return FastAPI(**options)
 
 
 def _loopback(host: str) -> bool:

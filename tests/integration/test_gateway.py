@@ -403,6 +403,7 @@ def test_bus_down_means_503_and_nothing_accepted(tmp_path: Path) -> None:
     assert store.find_records("job") == [], "the job record was withdrawn"
     assert client.get("/readyz").status_code == 503
     assert client.get("/healthz").status_code == 200
+    down.close()
 
 
 def test_operations_endpoints(env: Env) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cascade.core.errors import BusUnavailable
+from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.kafka import KafkaBus
 
 
@@ -12,7 +13,17 @@ def test_an_admin_connect_after_a_producer_connect_fails_as_bus_unavailable() ->
     bus = KafkaBus("127.0.0.1:1", request_timeout=0.2)
     bus._producer = object()  # the producer connected earlier; the admin client did not
     with pytest.raises(BusUnavailable):
-        bus._client()
+        bus._admin_client()
+
+
+def test_a_publish_nobody_takes_fails_as_bus_unavailable_within_its_timeout() -> None:
+    bus = KafkaBus("127.0.0.1:1", request_timeout=0.5)
+    bus._topics.add("t")  # no admin round trip: only the producer is asked
+    try:
+        with pytest.raises(BusUnavailable, match="publish to t"):
+            bus.append("t", [WireRecord(b"k", (), b"{}")])
+    finally:
+        bus.close()  # its delivery thread would go on reporting the refused connects
 
 
 @pytest.mark.parametrize("thrown", [OSError("reset"), ValueError("bad"), AssertionError("state")])

@@ -174,8 +174,20 @@ class KafkaBus(BusBase):
             await asyncio.to_thread(self.ensure_topic, topic)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[Position]] = loop.create_future()
-        self._produce(topic, records, lambda result: loop.call_soon_threadsafe(_settle, done, result))
-        return await done
+
+        def settle(result: list[Position] | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, done, result)
+            except RuntimeError:  # the loop is closed: nobody waits for this publish any more
+                pass
+
+        self._produce(topic, records, settle)
+        late = BusUnavailable(f"kafka {self.bootstrap}: publish to {topic}: no delivery report in time")
+        timer = loop.call_later(self.request_timeout * 2 + 2, _settle, done, late)  # as append's wait, if none comes
+        try:
+            return await done
+        finally:
+            timer.cancel()
 
     def _produce(self, topic: str, records: Sequence[WireRecord],
                  settle: Callable[[list[Position] | BaseException], object]) -> None:
@@ -309,7 +321,13 @@ class _Producer:
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            self.client.poll(0.1)
+            self._poll(0.1)
+
+    def _poll(self, timeout: float) -> None:
+        try:
+            self.client.poll(timeout)
+        except Exception:  # a report's callback failed: the other publishes' reports must still be served
+            log.exception("kafka %s: settling a publish failed", self.bootstrap)
 
     def produce(self, topic: str, records: Sequence[WireRecord],
                 settle: Callable[[list[Position] | BaseException], object]) -> None:
@@ -330,7 +348,7 @@ class _Producer:
         if timeout:
             self.client.flush(timeout)
         self.client.purge()
-        self.client.poll(0)
+        self._poll(0)
 
 
 class _Batch:

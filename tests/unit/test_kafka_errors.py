@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from cascade.core.errors import BusUnavailable
@@ -24,6 +26,14 @@ def test_a_publish_nobody_takes_fails_as_bus_unavailable_within_its_timeout() ->
             bus.append("t", [WireRecord(b"k", (), b"{}")])
     finally:
         bus.close()  # its delivery thread would go on reporting the refused connects
+
+
+def test_an_async_publish_whose_report_never_comes_fails_as_bus_unavailable() -> None:
+    bus = KafkaBus("127.0.0.1:1", request_timeout=0.1)
+    bus._topics.add("t")
+    bus._produce = lambda topic, records, settle: None  # type: ignore[method-assign]  # a report that is lost
+    with pytest.raises(BusUnavailable, match="no delivery report in time"):
+        asyncio.run(asyncio.wait_for(bus.append_async("t", [WireRecord(b"k", (), b"{}")]), 10))
 
 
 @pytest.mark.parametrize("thrown", [OSError("reset"), ValueError("bad"), AssertionError("state")])

@@ -24,8 +24,9 @@ class ServerThread:
         protocol = header_timeout_protocol(header_timeout)
         # ``tls``: (certificate file, key file) to serve HTTPS; ``graceful``: seconds a stop waits for requests in
         # flight before cancelling them (None: as long as they take; a server with endless streams sets it)
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan=lifespan,
-                                                    http=protocol, ssl_certfile=tls[0] if tls else None,
+        # no access log: its lines are below the level shown, yet each request would format one
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                                    lifespan=lifespan, http=protocol, ssl_certfile=tls[0] if tls else None,
                                                     ssl_keyfile=tls[1] if tls else None,
                                                     timeout_graceful_shutdown=graceful))
         # ``sock``: a listening socket made elsewhere (shared with other processes) instead of binding host:port

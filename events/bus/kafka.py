@@ -75,8 +75,10 @@ class KafkaBus(BusBase):
         self._admin: Any = None
         self._topics: set[str] = set()
         self._replicas: int | None = None
-        self._inspectors: dict[str | None, Any] = {}  # group -> consumer kept for offset queries
-        self._inspect_lock = threading.Lock()
+        self._inspectors: dict[str | None, Any] = {}  # group -> idle consumer kept for offset queries
+        self._in_use: dict[str | None, threading.Lock] = {}  # group -> held while its consumer answers a query
+        self._inspect_lock = threading.Lock()  # guards the two dicts and _closed, never held across a request
+        self._closed = False
 
     @property
     def timeout_ms(self) -> int:
@@ -222,15 +224,26 @@ class KafkaBus(BusBase):
     def _inspecting(self, group: str | None) -> Iterator[Any]:
         """A consumer for offset queries, kept per group and used by one caller at a time. A new one fetches the
         whole cluster's metadata, which with thousands of topics costs a dispatcher a fifth of its CPU when its
-        lag is read every few seconds; one that failed is closed and made again next time."""
+        lag is read every few seconds; one that failed is closed and made again next time. A query waiting on a
+        dead broker holds only its group's lock, so ``close`` never waits for it; after ``close`` each consumer
+        is closed when its query ends."""
         with self._inspect_lock:
-            consumer = self._inspectors.pop(group, None) or self._inspector(group)
+            in_use = self._in_use.setdefault(group, threading.Lock())
+        with in_use:
+            with self._inspect_lock:
+                consumer = self._inspectors.pop(group, None)
+            consumer = consumer or self._inspector(group)
             try:
                 yield consumer
             except BaseException:
                 _close_quietly(consumer)
                 raise
-            self._inspectors[group] = consumer
+            with self._inspect_lock:
+                keep = not self._closed
+                if keep:
+                    self._inspectors[group] = consumer
+            if not keep:
+                _close_quietly(consumer)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         self.ensure_topic(topic)
@@ -290,7 +303,7 @@ class KafkaBus(BusBase):
     def close(self) -> None:
         """Close the clients; a dead broker makes this give up after a few seconds, never hang or raise."""
         with self._inspect_lock:
-            inspectors, self._inspectors = list(self._inspectors.values()), {}
+            inspectors, self._inspectors, self._closed = list(self._inspectors.values()), {}, True
         for consumer in inspectors:
             _close_quietly(consumer)
         with self._lock:

@@ -165,14 +165,17 @@ def create_app(bus: EventBus, store: StateStore, settings: GatewaySettings | Non
         return problem(exc)
 
     # inside FastAPI's own error middleware: refusals, streaming body limits and unhandled errors as JSON
-    app.add_middleware(HTTPGuard, hosts=hosts, max_body=gw.settings.max_body_bytes, on_error=gw.metrics.refused)
+    def guard(inner: Any) -> HTTPGuard:
+        return HTTPGuard(inner, hosts=hosts, max_body=gw.settings.max_body_bytes, on_error=gw.metrics.refused)
+
+    app.add_middleware(guard)
 
     @app.post("/events", status_code=202, responses=ACCEPTED, tags=["events"],
               openapi_extra=_body_doc("application/json", ce_http.STRUCTURED, ce_http.BATCH))
     async def post_events(request: Request) -> None:
         """CloudEvents in binary (``ce-`` headers), structured or batch mode."""  # served by EventsEndpoint
 
-    serve_plainly(app, "/events", EventsEndpoint(gw.accept_events, gw.metrics.rejected))
+    serve_plainly(app, "/events", EventsEndpoint(gw.accept_events, gw.metrics.rejected), guard)
 
     @app.post("/webhooks/s3", status_code=202, responses=ACCEPTED, tags=["webhooks"],
               openapi_extra=_body_doc("application/json"))

@@ -1,11 +1,14 @@
 """``POST /events``, the gateway's hot path, served as a plain ASGI endpoint.
 
 Every event a client publishes passes here, and FastAPI's per-request machinery (the request
-object, dependency resolution, response serialisation) cost about as much again as the rest of
-the request. So the route stays an ordinary, documented FastAPI route (its OpenAPI entry, the
-HTTP guard and the app's middleware all apply), but its requests go straight to this endpoint,
-which does what ``Gateway.accept_events`` says and answers refusals with the same problem bodies
-(``errors.problem``) as every other route.
+object, dependency resolution, response serialisation) and the middleware it is built into (error
+and exception middleware, the router, a wrapper around ``send`` per layer) cost about as much again
+as the rest of the request. So the route stays an ordinary, documented FastAPI route (its OpenAPI
+entry is the app's), but a ``POST`` to it goes from the top of the app straight to the HTTP guard
+and this endpoint, which does what ``Gateway.accept_events`` says and answers refusals with the same
+problem bodies (``errors.problem``) as every other route. The guard is what the app's stack would
+have added for this request: its host, path and body checks and its JSON 500 for an error nobody
+handled.
 """
 
 from __future__ import annotations
@@ -52,7 +55,30 @@ class EventsEndpoint:
         await send({"type": "http.response.body", "body": body})
 
 
-def serve_plainly(app: FastAPI, path: str, endpoint: ASGIApp) -> None:
-    """Serve the app's documented route at ``path`` with ``endpoint`` instead of its FastAPI handler."""
+class FastLane:
+    """The top of an app: ``POST path`` to ``endpoint``, every other request (and lifespan) through ``stack``."""
+
+    def __init__(self, stack: ASGIApp, path: str, endpoint: ASGIApp) -> None:
+        self.stack, self.path, self.endpoint = stack, path, endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path, root = scope["path"], scope.get("root_path", "")
+            if path == self.path or (root and path == root + self.path):
+                await self.endpoint(scope, receive, send)
+                return
+        await self.stack(scope, receive, send)
+
+
+def serve_plainly(app: FastAPI, path: str, endpoint: ASGIApp, guard: Callable[[ASGIApp], Any]) -> None:
+    """Serve ``POST path``, a documented route of ``app``, with ``endpoint`` behind ``guard`` instead of its FastAPI
+    handler behind the app's middleware (``guard`` must make the checks that middleware makes)."""
     route = next(r for r in app.router.routes if isinstance(r, APIRoute) and r.path == path)
-    route.app = endpoint
+    route.app = endpoint  # a request the lane does not take still gets the endpoint
+    build = app.build_middleware_stack
+    lane = guard(endpoint)
+
+    def build_with_lane() -> ASGIApp:
+        return FastLane(build(), path, lane)
+
+    app.build_middleware_stack = build_with_lane  # type: ignore[method-assign]

@@ -91,6 +91,31 @@ def test_binary_event_lands_with_project_and_key(env: Env) -> None:
     assert got.get_data() == UPLOAD
 
 
+def test_posts_to_events_take_the_fast_lane_and_still_meet_the_http_guard(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    headers, body = ce_http.to_binary(uploaded())
+    foreign = env.client.post("/events", headers={**headers, **env.auth(), "host": "evil.example"}, content=body)
+    assert foreign.status_code == 400 and foreign.json()["field"] == "host"
+    smuggled = env.client.post("/events%0d%0aX:%20y", headers={**headers, **env.auth()}, content=body)
+    assert smuggled.status_code == 400 and smuggled.json()["field"] == "path"
+    huge = env.client.post("/events", headers={**headers, **env.auth(), "content-length": str(10 << 20)},
+                           content=body)
+    assert huge.status_code == 413 and huge.json()["field"] == "content-length"
+    assert env.client.get("/events").status_code == 405  # every other method goes through the app's router
+
+    async def boom(topic: str, events: Any) -> Any:
+        raise RuntimeError("a bug nobody handled")
+
+    monkeypatch.setattr(env.client.app.state.gateway.committer, "publish_async", boom)  # type: ignore[attr-defined]
+    with TestClient(env.client.app, base_url="http://localhost", raise_server_exceptions=False) as quiet:
+        failed = quiet.post("/events", headers={**headers, **env.auth()}, content=body)
+    assert failed.status_code == 500 and failed.json()["error"] == "InternalError", failed.text
+    assert "a bug" not in failed.text
+    metrics = env.client.get("/metrics").text
+    assert 'cascade_gateway_requests_rejected_total{route="/events",status="413"} 1.0' in metrics
+    assert env.total() == 0
+
+
 def test_structured_and_batch_events_land(env: Env) -> None:
     headers, body = ce_http.to_structured(uploaded())
     assert env.client.post("/events", headers={**headers, **env.auth()}, content=body).status_code == 202

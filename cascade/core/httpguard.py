@@ -154,22 +154,30 @@ class _HeaderTimeout:
     cycle: Any
     loop: Any
     transport: Any
+    _waiting: tuple[object, float]  # the cycle whose successor's head is awaited, and since when
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
-        self._arm_header_timer()
+        self._waiting = (self.cycle, self.loop.time())
+        self.loop.call_later(self.header_timeout, self._header_deadline)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
-        self._arm_header_timer()
+        self._waiting = (self.cycle, self.loop.time())  # the connection's one timer checks this wait when it fires
 
-    def _arm_header_timer(self) -> None:
-        waiting_for = self.cycle
-        self.loop.call_later(self.header_timeout, self._header_deadline, waiting_for)
-
-    def _header_deadline(self, waiting_for: object) -> None:
-        if self.cycle is waiting_for and not self.transport.is_closing():
-            self.transport.close()
+    def _header_deadline(self) -> None:
+        """One timer per connection, not one per request: it closes a connection still waiting past its deadline,
+        else it looks again when the current (or next) wait could end."""
+        if self.transport.is_closing():
+            return
+        waiting_for, since = self._waiting
+        left = self.header_timeout
+        if self.cycle is waiting_for:
+            left = since + self.header_timeout - self.loop.time()
+            if left <= 0:
+                self.transport.close()
+                return
+        self.loop.call_later(left, self._header_deadline)
 
 
 class HeaderTimeoutH11(_HeaderTimeout, H11Protocol):

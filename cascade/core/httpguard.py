@@ -8,7 +8,8 @@ Each check answers with a JSON problem body before the application sees the requ
   header or a second request past a proxy;
 * a body over ``max_body`` is refused from its ``Content-Length`` or, chunked, while it streams
   (:class:`~cascade.core.errors.TooLarge` is raised inside the app's ``receive``);
-* an unhandled error becomes a JSON 500 and is counted (``on_error``), never a traceback.
+* an unhandled error becomes a JSON 500 and is counted (``on_error``), never a traceback;
+* a client that leaves before its body ends gets no answer (nobody is listening) and is no error.
 
 The header-read timeout lives a layer lower, in the server's protocol (:func:`header_timeout_protocol`).
 """
@@ -22,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes, urlsplit
 
+from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cascade.core.errors import TooLarge
@@ -134,6 +136,8 @@ class HTTPGuard:
                 await answer(send, 413, "TooLarge", exc.message, exc.field, [(b"connection", b"close")])
             if self.on_error:
                 self.on_error(413, scope["path"])
+        except ClientDisconnect:  # gone mid-body: nothing was accepted, and there is nobody to answer
+            log.info("client left before its body ended: %s %s", scope.get("method"), scope.get("path"))
         except Exception:
             log.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
             if self.on_error:

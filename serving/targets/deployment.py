@@ -6,8 +6,9 @@ runs it) and serve it with Cascade's model server, exactly as the KServe target'
 predictor does. One Service ``<model>`` selects the pods of every live version, so a canary's
 share is its share of the replicas (20 %: four pods of the previous version, one of the canary;
 a split that needs more than ten pods is rounded); the split asked for is kept in the Service's
-``cascade.io/traffic`` annotation. A version serves once its Deployment has all its replicas
-available for the latest spec; a rollout past its progress deadline is a failure with the
+``cascade.io/traffic`` annotation. A version is released once its Deployment has all its replicas
+available for the latest spec, and serves while any are available (a scale that follows a withdrawn
+canary does not take it out of service); a rollout past its progress deadline is a failure with the
 controller's message. A full release removes the other versions once it is available.
 """
 
@@ -89,6 +90,12 @@ class DeploymentTarget:
                 return "failed"
         wanted = int((deployment.get("spec") or {}).get("replicas") or 0)
         return "ready" if int(status.get("availableReplicas") or 0) >= wanted > 0 else "pending"
+
+    @staticmethod
+    def _available(deployment: dict[str, Any]) -> bool:
+        """Whether a released version's pods answer: it has available replicas, even while a scale to a new
+        replica count (a newer generation) is under way. Only a rollout waits for the whole latest spec."""
+        return int((deployment.get("status") or {}).get("availableReplicas") or 0) > 0
 
     @staticmethod
     def _why(deployment: dict[str, Any]) -> str:
@@ -199,7 +206,7 @@ class DeploymentTarget:
             return {}
         split: dict[str, int] = json.loads(((service.get("metadata") or {}).get("annotations") or {}).get(TRAFFIC)
                                            or "{}")
-        ready = {v for v, d in self._deployments(namespace, model).items() if self._state(d) == "ready"}
+        ready = {v for v, d in self._deployments(namespace, model).items() if self._available(d)}
         live = {v: p for v, p in split.items() if v in ready and p > 0}
         if len(live) == 1:
             return {next(iter(live)): 100}

@@ -171,3 +171,20 @@ def test_the_deployment_target_splits_by_replicas_and_keeps_a_zero_canary_out_of
         assert d.target.serving("m", "team") == {"1": 100}, "a new canary replaces the old one, as on KServe"
     finally:
         d.close()
+
+
+def test_a_version_being_scaled_keeps_serving(cluster: Cluster, tmp_path: Path) -> None:
+    """Withdrawing a canary scales the previous version up (a new generation); until the Deployment controller
+    has seen it, the version's pods still answer, so it still serves and a second withdraw changes nothing."""
+    d = DeploymentDriver(cluster)
+    try:
+        d.target.deploy(release(models.torchscript(tmp_path, bias=0.0), "1"))
+        d.target.deploy(release(models.torchscript(tmp_path, bias=100.0), "2", canary=20))
+        d.operator.stop()  # the controller falls behind: no status for the scale that comes next
+        assert d.target.withdraw("m", "2", "team") == {"1": 100}
+        deployment = k8s.AppsV1Api(cluster.api).read_namespaced_deployment("m-v1", f"{d.prefix}team")
+        assert deployment.spec.replicas == 1 and deployment.status.observed_generation < deployment.metadata.generation
+        assert d.target.serving("m", "team") == {"1": 100}
+        assert d.target.withdraw("m", "2", "team") == {"1": 100}
+    finally:
+        d.close()

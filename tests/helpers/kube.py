@@ -8,6 +8,7 @@ plane fails the test with the command that starts it, as Kafka and Redis do.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
@@ -25,6 +26,7 @@ from kubernetes import watch as kube_watch
 TOOLS = Path(os.environ.get("CASCADE_TOOLS_DIR", Path.home() / ".cache" / "cascade"))
 KUBECONFIG = TOOLS / "kube" / "run" / "kubeconfig"  # written by scripts/services.sh kube
 KUBECTL = TOOLS / "kube" / "v1.34.4" / "bin" / "kubectl"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -79,7 +81,13 @@ class Cluster:
 
 class Operator:
     """A stand-in for an operator's controller: watches one kind in one namespace and writes the status
-    ``decide(obj)`` returns (None: leave it), with ``observedGeneration`` as real controllers do."""
+    ``decide(obj)`` returns (None: leave it), with ``observedGeneration`` as real controllers do.
+
+    Each watch ends after ``RESYNC`` seconds and the next one lists everything again, as an informer's
+    resync does: an event the watch missed (a watch opened while the API server was busy, a status write
+    that failed) is acted on within one resync, not never."""
+
+    RESYNC = 2
 
     def __init__(self, cluster: Cluster, group: str, version: str, plural: str, namespace: str,
                  decide: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
@@ -95,7 +103,7 @@ class Operator:
         while not self._stop.is_set():
             try:
                 for event in self._watch.stream(custom.list_namespaced_custom_object, group, version, namespace,
-                                                plural, timeout_seconds=10):
+                                                plural, timeout_seconds=self.RESYNC):
                     obj = event["object"]
                     if event["type"] == "DELETED" or self._stop.is_set():
                         continue
@@ -105,7 +113,8 @@ class Operator:
                         custom.patch_namespaced_custom_object_status(
                             group, version, namespace, plural, meta["name"],
                             {"status": {**status, "observedGeneration": meta["generation"]}})
-            except Exception:  # noqa: BLE001 - a conflict or a closed watch: list and watch again
+            except Exception as exc:  # noqa: BLE001 - a conflict or a closed watch: list and watch again
+                log.warning("stand-in operator for %s: %s; listing again", plural, exc)
                 if self._stop.wait(0.2):
                     return
 

@@ -3,28 +3,34 @@
 Latency at a fixed rate on Kafka and on the embedded bus (dispatcher in its own process,
 subscriber in this one). Throughput: a no-op HTTP subscriber against the raw kafka-python
 consumer reading the same topic, in the same run; and the subscriber's own ceiling on this
-machine, ``hey`` posting the same CloudEvent to it over as many connections as the dispatcher
-uses (no dispatcher can deliver faster than the subscriber answers). Needs Kafka and Redis up.
+machine, wrk (or ``hey``) posting the same CloudEvent to it over as many connections as the
+dispatcher uses (no dispatcher can deliver faster than the subscriber answers). Needs Kafka and Redis up.
 Run:  .venv/bin/python -m bench.dispatcher_bench
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import aiohttp
 import httpx
+import uvloop
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
-from bench.gateway_bench import hey_path, hey_rate, serve
+from bench.gateway_bench import hey_path, serve, wrk
 from cascade.core.ports import free_port
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import open_bus
@@ -102,10 +108,11 @@ def latency(bus_url: str, state_url: str, rate: float, count: int) -> list[float
     return [(got[i] - sent[i]) * 1000 for i in sent if i in got]
 
 
-def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
-               partitions: int | None = None) -> tuple[float, float]:
+def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA, partitions: int | None = None,
+               bound: list[float] | None = None) -> tuple[float, float]:
     """Events/s delivered by ``processes`` dispatcher processes sharing the trigger, and the raw consumer's,
-    on a new topic of ``partitions`` (the bus's default if None) on the brokers ``kafka``."""
+    on a new topic of ``partitions`` (the bus's default if None) on the brokers ``kafka``; ``raw_delivery``'s
+    rate on the same topic appended to ``bound`` when given."""
     home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     bus = open_bus(f"kafka://{kafka}")
@@ -121,6 +128,8 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
     raw_rate = count / (time.perf_counter() - t0)
     raw.close()
     server, port = serve("bench.noop_subscriber", {})  # answering before the dispatchers start
+    if bound is not None:
+        bound.append(raw_delivery(topic, count, f"http://127.0.0.1:{port}/", kafka))
     metrics = [free_port() for _ in range(processes)]
     procs = [dispatcher(home, f"kafka://{kafka}", REDIS, topic, f"http://127.0.0.1:{port}/", m, 64) for m in metrics]
     try:
@@ -144,22 +153,71 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA,
     return rate, raw_rate
 
 
+def raw_delivery(topic: str, count: int, url: str, kafka: str = KAFKA, connections: int = 64) -> float:
+    """Events/s of the least a Python dispatcher does: the raw kafka-python consumer's records POSTed as they
+    come (Kafka's ``ce_*`` headers as HTTP ``ce-*`` headers) by aiohttp on uvloop, ``connections`` in flight; no
+    filter, claim, retry or commit. The bound of any dispatcher written on these two clients on this machine."""
+
+    async def run() -> float:
+        consumer = KafkaConsumer(topic, bootstrap_servers=kafka.split(","), group_id=f"raw-post-{topic}",
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[dict[str, str], bytes] | None] = asyncio.Queue(maxsize=4 * connections)
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
+                                        skip_auto_headers=("User-Agent", "Content-Type"))
+        timeout = aiohttp.ClientTimeout(total=30)
+
+        async def post() -> None:
+            while (item := await queue.get()) is not None:
+                async with session.post(url, data=item[1], headers=item[0], timeout=timeout) as answer:
+                    await answer.read()
+                    assert answer.status == 200, answer.status
+
+        posters = [asyncio.create_task(post()) for _ in range(connections)]
+        t0, got = time.perf_counter(), 0
+        try:
+            while got < count:
+                for records in (await loop.run_in_executor(None, consumer.poll, 500)).values():
+                    for r in records:
+                        headers = {k.replace("_", "-", 1): v.decode() for k, v in r.headers if k.startswith("ce_")}
+                        await queue.put(({**headers, "content-type": "application/json"}, r.value))
+                    got += len(records)
+            for _ in posters:
+                await queue.put(None)
+            await asyncio.gather(*posters)
+            return count / (time.perf_counter() - t0)
+        finally:
+            await session.close()
+            consumer.close()
+
+    return uvloop.run(run())
+
+
 def subscriber_ceiling(seconds: int, connections: int = 64) -> float | None:
-    """Requests/s the no-op subscriber answers when ``hey`` posts one binary-mode CloudEvent to it (None
-    without hey: ``scripts/tools.sh bench`` builds it)."""
-    hey = hey_path()
-    if hey is None:
+    """Requests/s the no-op subscriber answers when wrk (or hey) posts one binary-mode CloudEvent to it over as
+    many connections as the dispatcher uses (None with neither: ``scripts/tools.sh bench`` builds hey)."""
+    if shutil.which("wrk") is None and hey_path() is None:
         return None
     headers, body = ce_http.to_binary(new_event("job.cancelled", {"jobId": "j1"}, source="/bench", id="e1"))
     server, port = serve("bench.noop_subscriber", {})
     try:
-        with tempfile.NamedTemporaryFile() as f:
-            f.write(body)
-            f.flush()
-            return hey_rate(hey, f"http://127.0.0.1:{port}/", headers, Path(f.name), seconds, connections, "200")
+        with tempfile.TemporaryDirectory() as tmp:
+            return wrk(port, headers, body, seconds, connections, Path(tmp), path="/", status=200)
     finally:
         server.terminate()
         server.wait()
+
+
+@contextmanager
+def busy(n: int) -> Iterator[None]:
+    """``n`` processes spinning on the CPU for the duration: other work on the machine, at the same priority."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
 
 
 def main() -> None:
@@ -170,22 +228,27 @@ def main() -> None:
     args = parser.parse_args()
     count = int(args.rate * args.seconds)
     rows = []
-    lat = {}
-    for name, bus_url, state_url in (("kafka + redis", f"kafka://{KAFKA}", REDIS),
-                                     ("embedded + sqlite", "embedded", "")):
-        home_state = state_url or f"sqlite://{tempfile.mkdtemp()}/state.db"
-        lat[name] = latency(bus_url, home_state, args.rate, count)
-    base = percentile(lat["kafka + redis"], 50)
-    for name, values in lat.items():
-        rows.append([name, len(values), percentile(values, 50), percentile(values, 99), percentile(values, 50) / base])
-    print(table(f"Publish -> subscriber start (ms) at {args.rate:.0f} events/s for {args.seconds:.0f}s "
-                "(ratio: p50 vs Kafka)", ["bus", "events", "p50", "p99", "p50 ratio"], rows))
+    base = None
+    for others in sorted({0, 1, os.cpu_count() or 1}):  # busy processes of someone else on the same cores
+        for name, bus_url, state_url in (("kafka + redis", f"kafka://{KAFKA}", REDIS),
+                                         ("embedded + sqlite", "embedded", "")):
+            with busy(others):
+                values = latency(bus_url, state_url or f"sqlite://{tempfile.mkdtemp()}/state.db", args.rate, count)
+            base = base or percentile(values, 50)
+            rows.append([name, others, len(values), percentile(values, 50), percentile(values, 99),
+                         percentile(values, 50) / base])
+    print(table(f"Publish -> subscriber start (ms) at {args.rate:.0f} events/s for {args.seconds:.0f}s, with 0, 1 "
+                "and one per core busy processes of another user (ratio: p50 vs Kafka alone)",
+                ["bus", "busy processes", "events", "p50", "p99", "p50 ratio"], rows))
     print()
-    rate, raw = throughput(args.events)
+    bound: list[float] = []
+    rate, raw = throughput(args.events, bound=bound)
     ceiling = subscriber_ceiling(5)
     rows = [["raw kafka-python consumer", raw, 1.0, ceiling / raw if ceiling else "-"]]
     if ceiling:
-        rows.append(["ceiling: hey posting to the no-op subscriber, 64 connections", ceiling, ceiling / raw, 1.0])
+        rows.append(["ceiling: wrk posting to the no-op subscriber, 64 connections", ceiling, ceiling / raw, 1.0])
+    rows.append(["bound: the raw consumer's records POSTed by aiohttp, 64 in flight", bound[0], bound[0] / raw,
+                 bound[0] / ceiling if ceiling else "-"])
     rows.append(["cascade dispatcher (HTTP delivery)", rate, rate / raw, rate / ceiling if ceiling else "-"])
     processes = os.cpu_count() or 1
     if processes > 1:  # several dispatcher processes sharing the trigger's consumer group

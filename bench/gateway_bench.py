@@ -75,19 +75,21 @@ def hey_rate(hey: str, url: str, headers: dict[str, str], body: Path, seconds: i
     return float(match.group(1))
 
 
-def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connections: int, tmp: Path) -> float:
-    """Requests per second that got 202 (wrk, or hey where wrk is missing)."""
+def wrk(port: int, headers: dict[str, str], body: bytes, seconds: int, connections: int, tmp: Path, *,
+        path: str = "/events", status: int = 202) -> float:
+    """Requests per second that got ``status`` (wrk, or hey where wrk is missing)."""
     (tmp / "body").write_bytes(body)
     lines = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items())
     (tmp / "post.lua").write_text(LUA.format(body=tmp / "body", headers=lines))
-    check = httpx.post(f"http://127.0.0.1:{port}/events", headers=headers, content=body)
-    if check.status_code != 202:
+    url = f"http://127.0.0.1:{port}{path}"
+    check = httpx.post(url, headers=headers, content=body)
+    if check.status_code != status:
         raise RuntimeError(f"the endpoint answers {check.status_code}: {check.text}")
     hey = None if shutil.which("wrk") else hey_path()
     if hey is not None:
-        return hey_rate(hey, f"http://127.0.0.1:{port}/events", headers, tmp / "body", seconds, connections, "202")
+        return hey_rate(hey, url, headers, tmp / "body", seconds, connections, str(status))
     out = subprocess.run([*LOADGEN, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(tmp / "post.lua"),
-                          f"http://127.0.0.1:{port}/events"], capture_output=True, text=True, check=True).stdout
+                          url], capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out:
         raise RuntimeError(f"some requests were not accepted:\n{out}")
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)

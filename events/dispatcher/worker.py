@@ -24,6 +24,7 @@ from functools import partial
 from cloudevents.http import CloudEvent
 
 from cascade.core.errors import InvalidInput, RetryableError
+from cascade.core.loops import new_loop
 from cascade.events.bus import Consumer, EventBus, Record, TopicPartition
 from cascade.events.dispatcher.deadletters import dead_letter
 from cascade.events.dispatcher.delivery import Outcome, deliver, deliver_async
@@ -131,7 +132,7 @@ class TriggerWorker:
         and hand them to the delivery loop in one go (a hand-off per poll, not per event). On stop, what is in flight
         finishes and what still waits is dropped unacknowledged, its claims given back (delivered after a
         restart)."""
-        loop = asyncio.new_event_loop()
+        loop = new_loop()
         incoming: asyncio.Queue[tuple[Record, Claimed | None] | None] = asyncio.Queue()
         stopping = asyncio.Event()
         runner = threading.Thread(target=loop.run_until_complete, args=(self._deliveries(incoming, stopping),),

@@ -1,15 +1,17 @@
-"""Both delivery clients send a request once more when the server dropped it on a kept connection."""
+"""Both delivery clients send a request once more when the server dropped it on a kept connection; the loop
+client is tested on the event loop the dispatcher runs it on (``cascade.core.loops``: uvloop where installed)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import uvloop
 
+from cascade.core.loops import new_loop
 from cascade.events.dispatcher.http import AsyncHTTP, DeliveryError, Response, ThreadLocalHTTP
 
 
@@ -61,6 +63,22 @@ def test_the_thread_client_resends_a_request_dropped_on_a_kept_connection(url: s
     assert DropsTheSecondRequest.seen == [1, 2, 1], "dropped on the kept connection, answered on a fresh one"
 
 
+def on_the_dispatchers_loop(work: Coroutine[Any, Any, Any]) -> Any:
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(work)
+    finally:
+        loop.close()
+
+
+def test_the_dispatcher_delivers_on_uvloop_where_it_is_installed() -> None:
+    loop = new_loop()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+
+
 def test_the_loop_client_resends_a_request_dropped_on_a_kept_connection(url: str) -> None:
     async def two() -> list[Response]:
         client = AsyncHTTP(1)
@@ -69,7 +87,7 @@ def test_the_loop_client_resends_a_request_dropped_on_a_kept_connection(url: str
         finally:
             await client.close()
 
-    assert [a.status for a in asyncio.run(two())] == [200, 200]
+    assert [a.status for a in on_the_dispatchers_loop(two())] == [200, 200]
     assert DropsTheSecondRequest.seen == [1, 2, 1], "dropped on the kept connection, answered on a fresh one"
 
 
@@ -82,4 +100,4 @@ def test_the_loop_client_reports_a_server_that_is_not_there() -> None:
             await client.close()
 
     with pytest.raises(DeliveryError):
-        asyncio.run(one())
+        on_the_dispatchers_loop(one())

@@ -83,9 +83,11 @@ class Operator:
     """A stand-in for an operator's controller: watches one kind in one namespace and writes the status
     ``decide(obj)`` returns (None: leave it), with ``observedGeneration`` as real controllers do.
 
-    Each watch ends after ``RESYNC`` seconds and the next one lists everything again, as an informer's
-    resync does: an event the watch missed (a watch opened while the API server was busy, a status write
-    that failed) is acted on within one resync, not never."""
+    Like an informer it lists first (a read the API server answers from etcd) and acts on every object,
+    then watches from the list's resource version until ``RESYNC`` seconds have passed, and lists again:
+    an event a watch never delivered is acted on within one resync. (The API server's watch cache can
+    lag behind a CRD created moments before; a watch then fails with "Too large resource version"
+    until it catches up, while the list already has the object.)"""
 
     RESYNC = 2
 
@@ -97,23 +99,30 @@ class Operator:
         self._thread = threading.Thread(target=self._run, name=f"operator-{plural}", daemon=True)
         self._thread.start()
 
+    def _act(self, custom: k8s.CustomObjectsApi, obj: dict[str, Any]) -> None:
+        group, version, namespace, plural = self.where
+        status = self.decide(obj)
+        meta = obj["metadata"]
+        if status is not None and (obj.get("status") or {}).get("observedGeneration") != meta["generation"]:
+            custom.patch_namespaced_custom_object_status(
+                group, version, namespace, plural, meta["name"],
+                {"status": {**status, "observedGeneration": meta["generation"]}})
+
     def _run(self) -> None:
         group, version, namespace, plural = self.where
         custom = k8s.CustomObjectsApi(self.cluster.api)
         while not self._stop.is_set():
             try:
+                listed = custom.list_namespaced_custom_object(group, version, namespace, plural)
+                for obj in listed["items"]:
+                    self._act(custom, obj)
                 for event in self._watch.stream(custom.list_namespaced_custom_object, group, version, namespace,
-                                                plural, timeout_seconds=self.RESYNC):
-                    obj = event["object"]
-                    if event["type"] == "DELETED" or self._stop.is_set():
+                                                plural, resource_version=listed["metadata"]["resourceVersion"],
+                                                timeout_seconds=self.RESYNC):
+                    if event["type"] in ("DELETED", "BOOKMARK") or self._stop.is_set():
                         continue
-                    status = self.decide(obj)
-                    meta = obj["metadata"]
-                    if status is not None and (obj.get("status") or {}).get("observedGeneration") != meta["generation"]:
-                        custom.patch_namespaced_custom_object_status(
-                            group, version, namespace, plural, meta["name"],
-                            {"status": {**status, "observedGeneration": meta["generation"]}})
-            except Exception as exc:  # noqa: BLE001 - a conflict or a closed watch: list and watch again
+                    self._act(custom, event["object"])
+            except Exception as exc:  # noqa: BLE001 - a conflict, a lagging watch cache, a closed watch
                 log.warning("stand-in operator for %s: %s; listing again", plural, exc)
                 if self._stop.wait(0.2):
                     return

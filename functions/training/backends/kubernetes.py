@@ -303,6 +303,8 @@ class KubernetesBackend:
                 if exc.status == 410:  # the version is too old: list again
                     version_seen = None
                     continue
+                if exc.status == 504:  # "Too large resource version": the API server's cache lags; list again,
+                    version_seen = None  # as client-go's reflector does, and the list itself wakes the caller
                 log.warning("watch %s.%s: %s", plural, group, explain("watch", exc))
                 stop.wait(pause)
                 pause = min(pause * 2, 8.0)

@@ -24,16 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import aiohttp
 import httpx
-import uvloop
 from kafka import KafkaConsumer
 
 from bench.common import paced, percentile, table
 from bench.gateway_bench import hey_path, serve, wrk
+from cascade.core.loops import new_loop
 from cascade.core.ports import free_port
 from cascade.events.bindings import http as ce_http
 from cascade.events.bus import open_bus
+from cascade.events.dispatcher.http import AsyncHTTP
 from cascade.events.envelope import new_event
 
 KAFKA = "127.0.0.1:9092"
@@ -155,23 +155,21 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA, partitions
 
 def raw_delivery(topic: str, count: int, url: str, kafka: str = KAFKA, connections: int = 64) -> float:
     """Events/s of the least a Python dispatcher does: the raw kafka-python consumer's records POSTed as they
-    come (Kafka's ``ce_*`` headers as HTTP ``ce-*`` headers) by aiohttp on uvloop, ``connections`` in flight; no
-    filter, claim, retry or commit. The bound of any dispatcher written on these two clients on this machine."""
+    come (Kafka's ``ce_*`` headers as HTTP ``ce-*`` headers) by the dispatcher's own client (``AsyncHTTP``) on
+    its own loop (``new_loop``), ``connections`` in flight; no filter, claim, retry or commit. The bound of any
+    dispatcher written on these two clients on this machine."""
 
     async def run() -> float:
         consumer = KafkaConsumer(topic, bootstrap_servers=kafka.split(","), group_id=f"raw-post-{topic}",
                                  auto_offset_reset="earliest", enable_auto_commit=False)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[dict[str, str], bytes] | None] = asyncio.Queue(maxsize=4 * connections)
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections),
-                                        skip_auto_headers=("User-Agent", "Content-Type"))
-        timeout = aiohttp.ClientTimeout(total=30)
+        client = AsyncHTTP(connections)
 
         async def post() -> None:
             while (item := await queue.get()) is not None:
-                async with session.post(url, data=item[1], headers=item[0], timeout=timeout) as answer:
-                    await answer.read()
-                    assert answer.status == 200, answer.status
+                answer = await client.post(url, item[0], item[1], 30.0)
+                assert answer.status == 200, answer.status
 
         posters = [asyncio.create_task(post()) for _ in range(connections)]
         t0, got = time.perf_counter(), 0
@@ -187,10 +185,14 @@ def raw_delivery(topic: str, count: int, url: str, kafka: str = KAFKA, connectio
             await asyncio.gather(*posters)
             return count / (time.perf_counter() - t0)
         finally:
-            await session.close()
+            await client.close()
             consumer.close()
 
-    return uvloop.run(run())
+    loop = new_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
 
 
 def subscriber_ceiling(seconds: int, connections: int = 64) -> float | None:
@@ -247,7 +249,7 @@ def main() -> None:
     rows = [["raw kafka-python consumer", raw, 1.0, ceiling / raw if ceiling else "-"]]
     if ceiling:
         rows.append(["ceiling: wrk posting to the no-op subscriber, 64 connections", ceiling, ceiling / raw, 1.0])
-    rows.append(["bound: the raw consumer's records POSTed by aiohttp, 64 in flight", bound[0], bound[0] / raw,
+    rows.append(["bound: the raw consumer's records POSTed by the dispatcher's client, 64 in flight", bound[0], bound[0] / raw,
                  bound[0] / ceiling if ceiling else "-"])
     rows.append(["cascade dispatcher (HTTP delivery)", rate, rate / raw, rate / ceiling if ceiling else "-"])
     processes = os.cpu_count() or 1

@@ -119,7 +119,7 @@ class Operator:
                 for event in self._watch.stream(custom.list_namespaced_custom_object, group, version, namespace,
                                                 plural, resource_version=listed["metadata"]["resourceVersion"],
                                                 timeout_seconds=self.RESYNC):
-                    if event["type"] in ("DELETED", "BOOKMARK") or self._stop.is_set():
+                    if event["type"] == "DELETED" or self._stop.is_set():
                         continue
                     self._act(custom, event["object"])
             except Exception as exc:  # noqa: BLE001 - a conflict, a lagging watch cache, a closed watch

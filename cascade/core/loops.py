@@ -1,7 +1,7 @@
 """One place that picks the event loop for the platform's own loops (the dispatcher's deliveries).
 
 uvloop (libuv; uvicorn[standard] brings it on Linux and macOS) runs the same asyncio code with
-less CPU per callback and socket read than asyncio's pure-Python selector loop; an aiohttp request
+less CPU per callback and socket read than asyncio's pure-Python selector loop; a delivery
 costs measurably less on it. Where it is missing (Windows), asyncio's own loop does the same work.
 """
 

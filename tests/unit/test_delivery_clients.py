@@ -98,16 +98,8 @@ def test_the_loop_client_resends_a_request_dropped_on_a_kept_connection(url: str
     assert DropsTheSecondRequest.seen == [1, 2, 1], "dropped on the kept connection, answered on a fresh one"
 
 
-def test_the_loop_client_reports_a_server_that_is_not_there() -> None:
-    async def one() -> None:
-        client = AsyncHTTP(1)
-        try:
-            await client.post("http://127.0.0.1:9/", {}, b"{}", 5.0)
-        finally:
-            await client.close()
-
-    with pytest.raises(DeliveryError):
-        on_the_dispatchers_loop(one())
+def test_both_clients_report_a_server_that_is_not_there() -> None:
+    assert [type(a) for a in each("http://127.0.0.1:9/", {}, b"{}")] == [DeliveryError, DeliveryError]
 
 
 class Records(BaseHTTPRequestHandler):

@@ -2,7 +2,8 @@
 
 Latency at a fixed rate on Kafka and on the embedded bus (dispatcher in its own process,
 subscriber in this one). Throughput: a no-op HTTP subscriber against the raw kafka-python
-consumer reading the same topic, in the same run; and the subscriber's own ceiling on this
+consumer reading the same topic, in the same run (and the raw librdkafka consumer the dispatcher
+reads with, for scale); and the subscriber's own ceiling on this
 machine, wrk (or ``hey``) posting the same CloudEvent to it over as many connections as the
 dispatcher uses (no dispatcher can deliver faster than the subscriber answers). Needs Kafka and Redis up.
 Run:  .venv/bin/python -m bench.dispatcher_bench
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import confluent_kafka
 import httpx
 from kafka import KafkaConsumer
 
@@ -109,10 +111,10 @@ def latency(bus_url: str, state_url: str, rate: float, count: int) -> list[float
 
 
 def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA, partitions: int | None = None,
-               bound: list[float] | None = None) -> tuple[float, float]:
+               bound: list[float] | None = None, rdkafka: list[float] | None = None) -> tuple[float, float]:
     """Events/s delivered by ``processes`` dispatcher processes sharing the trigger, and the raw consumer's,
     on a new topic of ``partitions`` (the bus's default if None) on the brokers ``kafka``; ``raw_delivery``'s
-    rate on the same topic appended to ``bound`` when given."""
+    rate on the same topic appended to ``bound`` and the raw librdkafka consumer's to ``rdkafka`` when given."""
     home = Path(tempfile.mkdtemp(prefix="cascade-disp-bench-"))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     bus = open_bus(f"kafka://{kafka}")
@@ -127,6 +129,8 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA, partitions
         got += sum(len(v) for v in raw.poll(500).values())
     raw_rate = count / (time.perf_counter() - t0)
     raw.close()
+    if rdkafka is not None:
+        rdkafka.append(raw_librdkafka(topic, count, kafka))
     server, port = serve("bench.noop_subscriber", {})  # answering before the dispatchers start
     if bound is not None:
         bound.append(raw_delivery(topic, count, f"http://127.0.0.1:{port}/", kafka))
@@ -153,15 +157,41 @@ def throughput(count: int, processes: int = 1, *, kafka: str = KAFKA, partitions
     return rate, raw_rate
 
 
+def _rdkafka_consumer(topic: str, group: str, kafka: str) -> confluent_kafka.Consumer:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka, "group.id": group, "enable.auto.commit": False,
+                                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _take(consumer: confluent_kafka.Consumer, count: int) -> list[confluent_kafka.Message]:
+    """Up to ``count`` records: the first waited for, the rest as far as already fetched (as the bus polls)."""
+    first = consumer.poll(1.0)
+    if first is None:
+        return []
+    return [m for m in [first, *consumer.consume(count - 1, 0)] if m.error() is None]
+
+
+def raw_librdkafka(topic: str, count: int, kafka: str = KAFKA) -> float:
+    """Events/s of the raw librdkafka consumer (the one the bus's group members use) reading ``count`` records."""
+    consumer = _rdkafka_consumer(topic, f"raw-rd-{topic}", kafka)
+    try:
+        t0, got = time.perf_counter(), 0
+        while got < count:
+            got += len(_take(consumer, 500))
+        return count / (time.perf_counter() - t0)
+    finally:
+        consumer.close()
+
+
 def raw_delivery(topic: str, count: int, url: str, kafka: str = KAFKA, connections: int = 64) -> float:
-    """Events/s of the least a Python dispatcher does: the raw kafka-python consumer's records POSTed as they
-    come (Kafka's ``ce_*`` headers as HTTP ``ce-*`` headers) by the dispatcher's own client (``AsyncHTTP``) on
-    its own loop (``new_loop``), ``connections`` in flight; no filter, claim, retry or commit. The bound of any
-    dispatcher written on these two clients on this machine."""
+    """Events/s of the least a Python dispatcher does: the raw librdkafka consumer's records (the dispatcher's
+    consumer) POSTed as they come (Kafka's ``ce_*`` headers as HTTP ``ce-*`` headers) by the dispatcher's own client
+    (``AsyncHTTP``) on its own loop (``new_loop``), ``connections`` in flight; no filter, claim, retry or commit. The
+    bound of any dispatcher written on these two clients on this machine."""
 
     async def run() -> float:
-        consumer = KafkaConsumer(topic, bootstrap_servers=kafka.split(","), group_id=f"raw-post-{topic}",
-                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = _rdkafka_consumer(topic, f"raw-post-{topic}", kafka)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[dict[str, str], bytes] | None] = asyncio.Queue(maxsize=4 * connections)
         client = AsyncHTTP(connections)
@@ -175,11 +205,11 @@ def raw_delivery(topic: str, count: int, url: str, kafka: str = KAFKA, connectio
         t0, got = time.perf_counter(), 0
         try:
             while got < count:
-                for records in (await loop.run_in_executor(None, consumer.poll, 500)).values():
-                    for r in records:
-                        headers = {k.replace("_", "-", 1): v.decode() for k, v in r.headers if k.startswith("ce_")}
-                        await queue.put(({**headers, "content-type": "application/json"}, r.value))
-                    got += len(records)
+                records = await loop.run_in_executor(None, _take, consumer, 500)
+                for r in records:
+                    headers = {k.replace("_", "-", 1): v.decode() for k, v in r.headers() or () if k.startswith("ce_")}
+                    await queue.put(({**headers, "content-type": "application/json"}, r.value()))
+                got += len(records)
             for _ in posters:
                 await queue.put(None)
             await asyncio.gather(*posters)
@@ -244,13 +274,16 @@ def main() -> None:
                 ["bus", "busy processes", "events", "p50", "p99", "p50 ratio"], rows))
     print()
     bound: list[float] = []
-    rate, raw = throughput(args.events, bound=bound)
+    rdkafka: list[float] = []
+    rate, raw = throughput(args.events, bound=bound, rdkafka=rdkafka)
     ceiling = subscriber_ceiling(5)
-    rows = [["raw kafka-python consumer", raw, 1.0, ceiling / raw if ceiling else "-"]]
+    rows = [["raw kafka-python consumer", raw, 1.0, ceiling / raw if ceiling else "-"],
+            ["raw librdkafka consumer (the bus's group members)", rdkafka[0], rdkafka[0] / raw,
+             rdkafka[0] / ceiling if ceiling else "-"]]
     if ceiling:
         rows.append(["ceiling: wrk posting to the no-op subscriber, 64 connections", ceiling, ceiling / raw, 1.0])
-    rows.append(["bound: the raw consumer's records POSTed by the dispatcher's client, 64 in flight", bound[0], bound[0] / raw,
-                 bound[0] / ceiling if ceiling else "-"])
+    rows.append(["bound: the raw librdkafka consumer's records POSTed by the dispatcher's client, 64 in flight",
+                 bound[0], bound[0] / raw, bound[0] / ceiling if ceiling else "-"])
     rows.append(["cascade dispatcher (HTTP delivery)", rate, rate / raw, rate / ceiling if ceiling else "-"])
     processes = os.cpu_count() or 1
     if processes > 1:  # several dispatcher processes sharing the trigger's consumer group

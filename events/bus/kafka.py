@@ -1,10 +1,11 @@
-"""The Kafka bus: librdkafka's idempotent ``acks=all`` producer, kafka-python's consumers with manual commits.
+"""The Kafka bus: librdkafka's idempotent ``acks=all`` producer and its group consumers, with manual commits.
 
 Records are produced by librdkafka (confluent-kafka): it batches and sends on its own threads, off
 the interpreter lock, and its delivery reports resolve each append's future, so a publisher on an
 event loop (the gateway) waits for durability without a thread of its own (``append_async``). Keys are
 placed by murmur2, the partitioner of Kafka's Java client and of kafka-python, so a key stays on the
-partition it always had. Admin calls and consumers are kafka-python's.
+partition it always had. Group members are librdkafka's consumers too; admin calls and offset queries
+(``end_offsets``, ``committed``, ``seed_group``) are kafka-python's.
 
 Topics are created on first use with the bus's partition count. Consumers never auto-commit:
 an :class:`~events.bus.offsets.AckTracker` decides the contiguous acknowledged prefix, which
@@ -29,15 +30,7 @@ import confluent_kafka
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
-from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
-from kafka.errors import (
-    CommitFailedError,
-    IllegalStateError,
-    KafkaError,
-    KafkaTimeoutError,
-    RebalanceInProgressError,
-    TopicAlreadyExistsError,
-)
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
 from cascade.core.errors import BusUnavailable, CascadeError
@@ -398,36 +391,6 @@ def _settle(future: Future[list[Position]] | asyncio.Future[list[Position]],
         future.set_result(result)
 
 
-class _Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]
-    """Runs on kafka-python's IO loop, so it must not call the consumer's blocking API."""
-
-    def __init__(self, member: KafkaGroupConsumer) -> None:
-        self.member = member
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        tps = [(tp.topic, tp.partition) for tp in revoked]
-        offsets = self.member._tracker.committable(tps)
-        if offsets and not self.member._closing:
-            coordinator = self.member._consumer._coordinator
-            try:
-                await coordinator._commit_offsets_sync_async(_kafka_offsets(offsets))
-                self.member._tracker.mark_committed(offsets)
-            except KafkaError as exc:  # not committed: the next owner starts before them (at least once)
-                log.warning("kafka group %s: commit on revoke failed: %r", self.member.group, exc)
-        # Forget them only once we know they went elsewhere: a partition that comes straight back
-        # may keep its fetch position, and its records still in flight must keep holding the commit.
-        self.member._revoked.update(tps)
-
-    async def on_partitions_lost(self, lost: Any) -> None:
-        self.member._tracker.forget([(tp.topic, tp.partition) for tp in lost])
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        back = {(tp.topic, tp.partition) for tp in assigned}
-        self.member._tracker.forget([tp for tp in self.member._revoked if tp not in back])
-        self.member._revoked.clear()
-        self.member._fresh.update(assigned)
-
-
 def _close_quietly(consumer: Any) -> None:
     """Close an inspecting consumer; with the broker away that must neither hang nor raise."""
     try:
@@ -436,140 +399,189 @@ def _close_quietly(consumer: Any) -> None:
         log.debug("closing an inspecting kafka consumer: %r", exc)
 
 
-def _kafka_offsets(positions: dict[TopicPartition, int]) -> dict[Any, Any]:
-    return {KTP(t, p): OffsetAndMetadata(off, "", -1) for (t, p), off in positions.items()}
+def _offsets(positions: dict[TopicPartition, int]) -> list[confluent_kafka.TopicPartition]:
+    return [confluent_kafka.TopicPartition(t, p, off) for (t, p), off in positions.items()]
 
 
 class KafkaGroupConsumer:
-    """A consumer-group member on Kafka with contiguous-prefix commits."""
+    """A consumer-group member on Kafka with contiguous-prefix commits, on librdkafka's consumer.
+
+    librdkafka fetches, decompresses and parses records on its own threads, off the interpreter lock (about 3 us of
+    CPU per record against kafka-python's 16 us in Python), and keeps the group membership alive on them. Rebalance callbacks run inside ``poll`` on the polling thread, so they may call the
+    consumer: a revoke commits what is acknowledged before the partitions go, an assignment starts a partition the
+    group has no offset for at ``start`` and has that position committed at once. Periodic commits are sent without
+    waiting (their results come back through a later ``poll``); commits on revoke and close wait.
+    """
 
     def __init__(self, bus: KafkaBus, topics: list[str], group: str, start: Start) -> None:
         self.bus, self.group, self.topics, self.start = bus, group, topics, start
         self._tracker = AckTracker()
         self._closing = False
-        self._fresh: set[Any] = set()  # partitions assigned since the last poll
-        self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
-        self._start: dict[Any, Any] = {}  # start positions not yet committed (a rebalance got in the way)
-        self._joining_since: float | None = None  # when the member was first seen not stable
+        self._start: dict[TopicPartition, int] = {}  # start positions not yet committed
+        self._unseeded: set[TopicPartition] = set()  # assigned without a known start (the broker did not answer)
+        self._owned: frozenset[TopicPartition] = frozenset()  # kept by the callbacks: librdkafka's own assignment()
+        # waits for its main thread while holding the interpreter lock, which a callback on the polling thread needs
+        self._last_commit = time.monotonic()
         self._consumer = self._connect()
-        self._last_commit = self._checked = time.monotonic()
 
     def _connect(self) -> Any:
         bus, ms = self.bus, int(self.bus.session_timeout * 1000)
-        consumer = bus._guard("connect", lambda: KafkaConsumer(
-            bootstrap_servers=bus.bootstrap, group_id=self.group, enable_auto_commit=False,
-            auto_offset_reset=self.start, session_timeout_ms=ms, heartbeat_interval_ms=max(ms // 5, 100),
-            fetch_max_wait_ms=100, request_timeout_ms=max(30000, ms + 5000), client_id=f"cascade-{self.group}",
-            bootstrap_timeout_ms=bus.timeout_ms))
-        for topic in self.topics:  # know every topic's partitions before joining, so the assignment covers them all
-            bus._guard("metadata", partial(consumer.partitions_for_topic, topic))
-        consumer.subscribe(self.topics, listener=_Listener(self))
+        consumer = bus._guard("connect", lambda: confluent_kafka.Consumer({
+            "bootstrap.servers": bus.bootstrap, "group.id": self.group, "client.id": f"cascade-{self.group}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": self.start,
+            "session.timeout.ms": ms, "heartbeat.interval.ms": max(ms // 5, 100), "fetch.wait.max.ms": 100,
+            "socket.timeout.ms": bus.timeout_ms, "queued.max.messages.kbytes": 8192,  # prefetched, per consumer
+            "partition.assignment.strategy": "cooperative-sticky",  # a rebalance moves only what must move
+            "on_commit": self._committed, "logger": logging.getLogger("cascade.bus.kafka.librdkafka")}))
+        consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         return consumer
 
-    def _check_membership(self) -> None:
-        """Reconnect a member stuck in a rebalance, or dropped by the broker without noticing.
+    # -- rebalances (inside poll, on the polling thread; cooperative: only the partitions that move) -----
+    def _on_revoke(self, consumer: Any, revoked: list[Any]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in revoked]
+        if not self._closing:
+            try:
+                self._commit_now(self._tracker.committable(tps))
+            except BusUnavailable as exc:  # not committed: the next owner starts before them (at least once)
+                log.warning("kafka group %s: commit on revoke failed: %s", self.group, exc)
+        self._forget(tps)
 
-        kafka-python 3.0 can lose the JoinGroup/SyncGroup of a second rebalance in quick
-        succession (seen at start-up on a loaded machine) and then waits out its 300 s
-        rebalance timeout with heartbeats off; the broker drops the member after the session
-        timeout and its trigger stands still. After 3 session timeouts joining (or 1.5 stable
-        without an answered heartbeat) the partitions are given up (unacknowledged records come
-        back to whoever gets them) and a new client joins the group.
-        """
-        now = time.monotonic()
-        if now - self._checked < 1.0:
+    def _on_lost(self, consumer: Any, lost: list[Any]) -> None:
+        self._forget([(tp.topic, tp.partition) for tp in lost])
+
+    def _forget(self, tps: list[TopicPartition]) -> None:
+        """The partitions went to another member: acknowledgements of their records still in flight no longer count
+        (the new owner reads from the last commit)."""
+        self._owned = self._owned.difference(tps)
+        self._tracker.forget(tps)
+        for tp in tps:
+            self._start.pop(tp, None)
+            self._unseeded.discard(tp)
+
+    def _on_assign(self, consumer: Any, assigned: list[Any]) -> None:
+        if not assigned:
             return
-        self._checked = now
-        coordinator: Any = getattr(self._consumer, "_coordinator", None)
-        beat = getattr(coordinator, "heartbeat", None)
-        if beat is None:
+        self._owned = self._owned.union((tp.topic, tp.partition) for tp in assigned)
+        timeout = self.bus.request_timeout
+        try:
+            positions = consumer.committed(assigned, timeout=timeout)
+            for tp in positions:
+                if tp.offset < 0:  # the group has no offset here: start at ``start`` and commit it at once
+                    low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+                    tp.offset = low if self.start == "earliest" else high
+                    self._start[(tp.topic, tp.partition)] = tp.offset
+        except confluent_kafka.KafkaException as exc:  # where the group stands is unknown: the reset policy decides
+            log.warning("kafka group %s: reading the starting offsets failed (%s); starting at %s", self.group, exc,
+                        self.start)
+            consumer.incremental_assign(assigned)
+            self._unseeded |= {(tp.topic, tp.partition) for tp in assigned}
             return
-        if coordinator.stable() and not coordinator.rejoining:
-            self._joining_since = None
-            silent = now - max(beat.last_receive, beat.last_reset) if self._consumer.assignment() else 0.0
-            if silent < 1.5 * self.bus.session_timeout:
-                return
-            why = f"no heartbeat answered for {silent:.0f}s"
-        else:  # joining: live members answer a rebalance within a session timeout or two
-            self._joining_since = self._joining_since or now
-            if now - self._joining_since < 3 * self.bus.session_timeout:
-                return
-            why = f"still joining after {now - self._joining_since:.0f}s"
-        log.warning("kafka group %s: %s; reconnecting", self.group, why)
-        self._tracker.forget(list(self.assignment()))
-        self._fresh, self._revoked, self._start, self._joining_since = set(), set(), {}, None
-        try:
-            self._consumer.close(autocommit=False, timeout_ms=self.bus.timeout_ms)
-        except Exception as exc:  # the old client is being thrown away; nothing it says matters
-            log.debug("closing the stale kafka consumer: %r", exc)
-        self._consumer = self._connect()
+        consumer.incremental_assign(positions)
 
-    def _commit_start_positions(self, first: dict[Any, int]) -> None:
-        """Commit where a group with no committed offset starts, so a restart resumes there.
+    def _committed(self, error: Any, partitions: list[Any]) -> None:
+        """A commit sent without waiting has its answer (served inside ``poll``)."""
+        if error is not None:
+            log.info("kafka group %s: commit failed: %s; the next commit carries it", self.group, error)
+            return
+        self._tracker.mark_committed({(tp.topic, tp.partition): tp.offset for tp in partitions if tp.error is None})
 
-        A rebalance that interrupts the commit is not an error: the partitions still assigned
-        are tried again on the next poll.
-        """
-        fresh, self._fresh = self._fresh, set()
+    # -- commits ---------------------------------------------------------------------------
+    def _commit_now(self, positions: dict[TopicPartition, int]) -> None:
+        """Commit ``positions`` and wait for the answer."""
+        if positions:
+            self.bus._guard("commit", lambda: self._consumer.commit(offsets=_offsets(positions), asynchronous=False))
+            self._tracker.mark_committed(positions)
+
+    def _commit_start(self, first: dict[TopicPartition, int]) -> None:
+        """Commit where a partition without a committed offset started, so a restart resumes there. A partition that
+        started without an answer from the broker has it once its first record comes (the record's offset)."""
+        for tp in [tp for tp in self._unseeded if tp in first]:
+            self._start[tp] = first[tp]
+            self._unseeded.discard(tp)
         try:
-            for tp in fresh:
-                if tp not in self._start and self._consumer.committed(tp, timeout_ms=self.bus.timeout_ms) is None:
-                    position = first.get(tp)
-                    if position is None:
-                        position = self._consumer.position(tp, timeout_ms=self.bus.timeout_ms)
-                    self._start[tp] = OffsetAndMetadata(position, "", -1)
-            assigned = self._consumer.assignment()
-            pending = {tp: offset for tp, offset in self._start.items() if tp in assigned}
-            if pending:
-                self._consumer.commit(pending, timeout_ms=self.bus.timeout_ms)
+            self._commit_now(dict(self._start))
             self._start.clear()
-        except (RebalanceInProgressError, CommitFailedError, IllegalStateError, KafkaTimeoutError):
-            self._fresh |= fresh & self._consumer.assignment()
+        except BusUnavailable as exc:  # a rebalance or the broker in the way: tried again on the next poll
+            log.info("kafka group %s: committing the start positions failed: %s", self.group, exc)
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
-        self._check_membership()
         if time.monotonic() - self._last_commit >= self.bus.commit_interval:
-            self.commit()
-        batch = self.bus._guard("poll", lambda: self._consumer.poll(
-            timeout_ms=int(timeout * 1000), max_records=max_records))
-        if self._fresh or self._start:
-            self.bus._guard("commit start", lambda: self._commit_start_positions(
-                {tp: msgs[0].offset for tp, msgs in batch.items() if msgs}))
+            self._commit_later()
+        consumer = self._consumer
+        # consume() waits its whole timeout unless max_records come; poll() returns with the first record.
+        first = self.bus._guard("poll", lambda: consumer.poll(timeout))
+        messages = [first] if first is not None else []
+        if first is not None and max_records > 1:
+            messages += self.bus._guard("poll", lambda: consumer.consume(max_records - 1, 0))
         out: list[Record] = []
-        for msgs in batch.values():
-            for m in msgs:
-                out.append(Record(m.topic, m.partition, m.offset, m.key, tuple(m.headers or ()),
-                                  m.value or b"", m.timestamp / 1000.0))
-                self._tracker.delivered((m.topic, m.partition), m.offset)
+        starts: dict[TopicPartition, int] = {}
+        for m in messages:
+            error = m.error()
+            if error is not None:
+                if error.fatal():
+                    raise BusUnavailable(f"kafka {self.bus.bootstrap}: group {self.group}: {error.str()}")
+                log.info("kafka group %s: %s", self.group, error.str())  # librdkafka retries by itself
+                continue
+            tp = (m.topic(), m.partition())
+            offset = m.offset()
+            starts.setdefault(tp, offset)
+            out.append(Record(tp[0], tp[1], offset, m.key(), tuple(m.headers() or ()), m.value() or b"",
+                              m.timestamp()[1] / 1000.0))
+            self._tracker.delivered(tp, offset)
+        if self._start or self._unseeded:
+            self._commit_start(starts)
         return out
 
     def ack(self, record: Record) -> None:
         self._tracker.ack(record.tp, record.offset)
 
-    def _commit(self, tps: list[TopicPartition] | None = None, timeout_ms: int | None = None) -> None:
-        positions = self._tracker.committable(tps)
+    def _commit_later(self) -> None:
+        """Send what is committable without waiting: the answer comes through a later ``poll`` (``poll`` commits every
+        ``commit_interval`` this way, so a poll never waits for a commit)."""
+        positions = self._tracker.committable(self.assignment())
         if positions:
-            self.bus._guard("commit", lambda: self._consumer.commit(_kafka_offsets(positions),
-                                                                    timeout_ms=timeout_ms or self.bus.timeout_ms))
-            self._tracker.mark_committed(positions)
+            self.bus._guard("commit", lambda: self._consumer.commit(offsets=_offsets(positions), asynchronous=True))
         self._last_commit = time.monotonic()
 
     def commit(self) -> None:
-        self._commit(list(self.assignment()))
+        """Commit what is committable and wait for the broker's answer."""
+        self._commit_now(self._tracker.committable(self.assignment()))
+        self._last_commit = time.monotonic()
 
     def assignment(self) -> set[TopicPartition]:
-        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        return set(self._owned)
 
     def close(self) -> None:
-        """Commit what is acknowledged, then leave the group; with the broker away, give up quickly
-        (the uncommitted records come back to the next member: at least once) and never raise."""
+        """Commit what is acknowledged, then leave the group; with the broker away, give up within seconds (the
+        uncommitted records come back to the next member: at least once) and never raise."""
+        consumer = self._consumer
         try:
-            self._commit(list(self.assignment()), timeout_ms=min(self.bus.timeout_ms, 3000))
+            positions = self._tracker.committable(self.assignment())
+            positions.update(self._start)
+            _bounded(partial(self._commit_now, positions), min(self.bus.request_timeout, 3.0), "final commit")
         except BusUnavailable as exc:
             log.warning("kafka group %s: final commit failed: %s", self.group, exc)
         self._closing = True  # tried once: leaving the group must not wait to commit again
-        self._tracker.forget(list(self.assignment()))
+        self._forget(list(self._owned))
         try:
-            self._consumer.close(autocommit=False, timeout_ms=min(self.bus.timeout_ms, 2000))
-        except Exception as exc:
-            log.warning("kafka group %s: closing the consumer failed: %r", self.group, exc)
+            _bounded(consumer.close, 3.0, "leave the group")
+        except BusUnavailable as exc:
+            log.warning("kafka group %s: closing the consumer: %s", self.group, exc)
+
+
+def _bounded(call: Callable[[], object], timeout: float, what: str) -> None:
+    """Run ``call`` on a thread of its own and wait at most ``timeout`` seconds for it (librdkafka's blocking calls
+    have no deadline of their own and may wait for a broker that is away); what it raises is raised here."""
+    done: Future[object] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(call())
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name=f"kafka-{what}", daemon=True).start()
+    try:
+        done.result(timeout)
+    except TimeoutError as exc:
+        raise BusUnavailable(f"kafka: {what}: no answer within {timeout:.0f}s") from exc

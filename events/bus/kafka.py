@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from functools import partial
@@ -419,6 +419,7 @@ class KafkaGroupConsumer:
         self._closing = False
         self._start: dict[TopicPartition, int] = {}  # start positions not yet committed
         self._unseeded: set[TopicPartition] = set()  # assigned without a known start (the broker did not answer)
+        self._revoked: set[TopicPartition] = set()  # revoked, not yet known to be gone
         self._owned: frozenset[TopicPartition] = frozenset()  # kept by the callbacks: librdkafka's own assignment()
         # waits for its main thread while holding the interpreter lock, which a callback on the polling thread needs
         self._last_commit = time.monotonic()
@@ -431,12 +432,13 @@ class KafkaGroupConsumer:
             "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": self.start,
             "session.timeout.ms": ms, "heartbeat.interval.ms": max(ms // 5, 100), "fetch.wait.max.ms": 100,
             "socket.timeout.ms": bus.timeout_ms, "queued.max.messages.kbytes": 8192,  # prefetched, per consumer
-            "partition.assignment.strategy": "cooperative-sticky",  # a rebalance moves only what must move
+            "partition.assignment.strategy": "range",  # each member gets its share of every topic (a trigger reads
+            # its topic and its retry topic: a balance over all partitions could give one member all of the first)
             "on_commit": self._committed, "logger": logging.getLogger("cascade.bus.kafka.librdkafka")}))
         consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         return consumer
 
-    # -- rebalances (inside poll, on the polling thread; cooperative: only the partitions that move) -----
+    # -- rebalances (inside poll, on the polling thread) -----------------------------------
     def _on_revoke(self, consumer: Any, revoked: list[Any]) -> None:
         tps = [(tp.topic, tp.partition) for tp in revoked]
         if not self._closing:
@@ -444,39 +446,48 @@ class KafkaGroupConsumer:
                 self._commit_now(self._tracker.committable(tps))
             except BusUnavailable as exc:  # not committed: the next owner starts before them (at least once)
                 log.warning("kafka group %s: commit on revoke failed: %s", self.group, exc)
-        self._forget(tps)
+        # Forget them only once we know they went elsewhere: one that comes straight back resumes where this member
+        # stopped, and its records still in flight keep holding the commit.
+        self._revoked.update(tps)
+        self._owned = self._owned.difference(tps)
 
     def _on_lost(self, consumer: Any, lost: list[Any]) -> None:
         self._forget([(tp.topic, tp.partition) for tp in lost])
 
-    def _forget(self, tps: list[TopicPartition]) -> None:
+    def _forget(self, tps: Iterable[TopicPartition]) -> None:
         """The partitions went to another member: acknowledgements of their records still in flight no longer count
         (the new owner reads from the last commit)."""
+        tps = list(tps)
         self._owned = self._owned.difference(tps)
+        self._revoked.difference_update(tps)
         self._tracker.forget(tps)
         for tp in tps:
             self._start.pop(tp, None)
             self._unseeded.discard(tp)
 
     def _on_assign(self, consumer: Any, assigned: list[Any]) -> None:
-        if not assigned:
-            return
-        self._owned = self._owned.union((tp.topic, tp.partition) for tp in assigned)
+        back = {(tp.topic, tp.partition) for tp in assigned}
+        self._forget(self._revoked - back)
+        self._revoked.clear()
+        self._owned = frozenset(back)
+        for tp in assigned:  # back after a revoke: on from the last record handed out, not from the last commit
+            tp.offset = self._tracker.resume_at((tp.topic, tp.partition))
+        fresh = {(tp.topic, tp.partition): tp for tp in assigned if tp.offset < 0}
         timeout = self.bus.request_timeout
         try:
-            positions = consumer.committed(assigned, timeout=timeout)
-            for tp in positions:
-                if tp.offset < 0:  # the group has no offset here: start at ``start`` and commit it at once
+            for tp in consumer.committed(list(fresh.values()), timeout=timeout) if fresh else []:
+                offset = tp.offset
+                if offset < 0:  # the group has no offset here: start at ``start`` and commit it at once
                     low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-                    tp.offset = low if self.start == "earliest" else high
-                    self._start[(tp.topic, tp.partition)] = tp.offset
+                    offset = self._start[(tp.topic, tp.partition)] = low if self.start == "earliest" else high
+                fresh[(tp.topic, tp.partition)].offset = offset
         except confluent_kafka.KafkaException as exc:  # where the group stands is unknown: the reset policy decides
             log.warning("kafka group %s: reading the starting offsets failed (%s); starting at %s", self.group, exc,
                         self.start)
-            consumer.incremental_assign(assigned)
-            self._unseeded |= {(tp.topic, tp.partition) for tp in assigned}
-            return
-        consumer.incremental_assign(positions)
+            for tp in fresh.values():
+                tp.offset = confluent_kafka.OFFSET_INVALID  # the committed offset, or the reset policy's
+            self._unseeded |= fresh.keys()
+        consumer.assign(assigned)
 
     def _committed(self, error: Any, partitions: list[Any]) -> None:
         """A commit sent without waiting has its answer (served inside ``poll``)."""

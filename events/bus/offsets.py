@@ -69,6 +69,12 @@ class AckTracker:
                 if tp in self._parts:
                     self._parts[tp].committed = max(self._parts[tp].committed, offset)
 
+    def resume_at(self, tp: TopicPartition) -> int:
+        """The offset after the last record handed out on ``tp``, or -1 if none was (or it was forgotten)."""
+        with self._lock:
+            part = self._parts.get(tp)
+            return part.next if part is not None else -1
+
     def in_flight(self) -> int:
         with self._lock:
             return sum(len(p.outstanding) for p in self._parts.values())

@@ -98,6 +98,82 @@ class TestBusContract:
         offsets = [(r.partition, r.offset) for r in received["first"] + received["second"]]
         assert len(offsets) == len(set(offsets)) == sent, "each event went to exactly one member"
 
+    def test_each_member_gets_a_share_of_every_topic(self, bus: EventBus, topic: str, group: str) -> None:
+        """A trigger reads its topic and its retry topic: a split that balanced only the count of partitions could
+        leave one member all of the events and the other all of the (empty) retries."""
+        retry = f"{topic}.retry"
+        for name in (topic, retry):
+            bus.ensure_topic(name, 4)
+        members = [bus.subscribe([topic, retry], group, start="earliest")]
+        stop = threading.Event()
+
+        def run(consumer: object) -> None:
+            while not stop.is_set():
+                consumer.poll(0.1)  # type: ignore[attr-defined]
+
+        threads = [threading.Thread(target=run, args=(members[0],))]
+        threads[0].start()
+        try:  # the second joins a member that owns everything, as a second dispatcher process does
+            eventually(lambda: len(members[0].assignment()) == 8, 60, "the first member owning every partition")
+            members.append(bus.subscribe([topic, retry], group, start="earliest"))
+            threads.append(threading.Thread(target=run, args=(members[1],)))
+            threads[1].start()
+
+            def split() -> bool:
+                owned = [m.assignment() for m in members]
+                return len(owned[0] | owned[1]) == 8 and not owned[0] & owned[1] and all(
+                    {name for name, _ in mine} == {topic, retry} for mine in owned)
+
+            eventually(split, 60, "each member owning partitions of both topics")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            for m in members:
+                m.close()
+
+    def test_a_partition_that_comes_straight_back_resumes_after_what_was_handed_out(
+        self, bus: EventBus, topic: str, group: str
+    ) -> None:
+        """Records in flight when a member joins stay with the member that has them, if their partition stays too:
+        it neither gets them again nor commits past them before they are acknowledged."""
+        bus.ensure_topic(topic, 4)
+        bus.publish_many(topic, [cancelled(f"job-{i}", i) for i in range(40)])
+        first = bus.subscribe([topic], group, start="earliest")
+        held = drain(first, 40, ack=False)
+        second = bus.subscribe([topic], group, start="earliest")
+        again: list[Record] = []
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                second.poll(0.1)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            def split() -> bool:
+                again.extend(first.poll(0.1))
+                mine, theirs = first.assignment(), second.assignment()
+                return bool(mine and theirs) and not mine & theirs and len(mine | theirs) == 4
+
+            eventually(split, 60, "the partitions split between the two members")
+            kept = first.assignment()
+            again.extend(first.poll(0.5))
+        finally:
+            stop.set()
+            thread.join()
+        twice = [(r.partition, r.offset) for r in again if r.tp in kept]
+        assert not twice, f"handed out again on a partition that stayed: {twice}"
+        for record in held:
+            first.ack(record)
+        first.commit()
+        ends = bus.end_offsets(topic)
+        committed = bus.committed(topic, group)
+        first.close()
+        second.close()
+        assert {p: committed.get(p) for _, p in kept} == {p: ends[p] for _, p in kept}
+
     def test_uncommitted_events_are_redelivered_after_a_consumer_dies(
         self, bus: EventBus, bus_kind: str, tmp_path: Path, topic: str, group: str
     ) -> None:

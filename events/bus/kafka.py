@@ -407,10 +407,12 @@ class KafkaGroupConsumer:
     """A consumer-group member on Kafka with contiguous-prefix commits, on librdkafka's consumer.
 
     librdkafka fetches, decompresses and parses records on its own threads, off the interpreter lock (about 3 us of
-    CPU per record against kafka-python's 16 us in Python), and keeps the group membership alive on them. Rebalance callbacks run inside ``poll`` on the polling thread, so they may call the
-    consumer: a revoke commits what is acknowledged before the partitions go, an assignment starts a partition the
-    group has no offset for at ``start`` and has that position committed at once. Periodic commits are sent without
-    waiting (their results come back through a later ``poll``); commits on revoke and close wait.
+    CPU per record against kafka-python's 16 us in Python), and keeps the group membership alive on them. Rebalance
+    callbacks run inside ``poll`` on the polling thread, so they may call the consumer: a revoke commits what is
+    acknowledged before the partitions go; an assignment resumes a partition that came straight back after the last
+    record handed out, and starts one the group has no offset for at ``start`` (that position is committed at once).
+    Periodic commits are sent without waiting (their results come back through a later ``poll``); commits on revoke,
+    on close and through ``commit`` wait.
     """
 
     def __init__(self, bus: KafkaBus, topics: list[str], group: str, start: Start) -> None:

@@ -505,12 +505,13 @@ class KafkaGroupConsumer:
             self.bus._guard("commit", lambda: self._consumer.commit(offsets=_offsets(positions), asynchronous=False))
             self._tracker.mark_committed(positions)
 
-    def _commit_start(self, first: dict[TopicPartition, int]) -> None:
+    def _commit_start(self, records: list[Record]) -> None:
         """Commit where a partition without a committed offset started, so a restart resumes there. A partition that
         started without an answer from the broker has it once its first record comes (the record's offset)."""
-        for tp in [tp for tp in self._unseeded if tp in first]:
-            self._start[tp] = first[tp]
-            self._unseeded.discard(tp)
+        for record in records:
+            if record.tp in self._unseeded:
+                self._start[record.tp] = record.offset
+                self._unseeded.discard(record.tp)
         try:
             self._commit_now(dict(self._start))
             self._start.clear()
@@ -527,7 +528,6 @@ class KafkaGroupConsumer:
         if first is not None and max_records > 1:
             messages += self.bus._guard("poll", lambda: consumer.consume(max_records - 1, 0))
         out: list[Record] = []
-        starts: dict[TopicPartition, int] = {}
         for m in messages:
             error = m.error()
             if error is not None:
@@ -537,12 +537,11 @@ class KafkaGroupConsumer:
                 continue
             tp = (m.topic(), m.partition())
             offset = m.offset()
-            starts.setdefault(tp, offset)
             out.append(Record(tp[0], tp[1], offset, m.key(), tuple(m.headers() or ()), m.value() or b"",
                               m.timestamp()[1] / 1000.0))
             self._tracker.delivered(tp, offset)
-        if self._start or self._unseeded:
-            self._commit_start(starts)
+        if self._start or self._unseeded:  # rare: after an assignment, or one the broker did not answer
+            self._commit_start(out)
         return out
 
     def ack(self, record: Record) -> None:

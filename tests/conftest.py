@@ -7,6 +7,7 @@ it fail with the command to fix it; they never skip.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -120,6 +121,18 @@ def drain(consumer: Consumer, count: int, timeout: float = 30.0, *, ack: bool = 
             if ack:
                 consumer.ack(record)
     return got
+
+
+def polling(consumer: Consumer, stop: threading.Event) -> threading.Thread:
+    """A started daemon thread that polls ``consumer`` (dropping what it gets) until ``stop`` is set, so that it
+    takes part in its group's rebalances."""
+    def run() -> None:
+        while not stop.is_set():
+            consumer.poll(0.1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def wait_assigned(consumer: Consumer, timeout: float = 30.0) -> None:

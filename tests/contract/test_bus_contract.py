@@ -17,7 +17,7 @@ from cascade.core.errors import InvalidEvent
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus import EventBus, Record
 from cascade.events.envelope import new_event
-from tests.conftest import BUS_OPTIONS, bus_url, drain, make_bus, wait_assigned
+from tests.conftest import BUS_OPTIONS, bus_url, drain, make_bus, polling, wait_assigned
 from tests.helpers.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,18 +106,11 @@ class TestBusContract:
             bus.ensure_topic(name, 4)
         members = [bus.subscribe([topic, retry], group, start="earliest")]
         stop = threading.Event()
-
-        def run(consumer: object) -> None:
-            while not stop.is_set():
-                consumer.poll(0.1)  # type: ignore[attr-defined]
-
-        threads = [threading.Thread(target=run, args=(members[0],))]
-        threads[0].start()
+        threads = [polling(members[0], stop)]
         try:  # the second joins a member that owns everything, as a second dispatcher process does
             eventually(lambda: len(members[0].assignment()) == 8, 60, "the first member owning every partition")
             members.append(bus.subscribe([topic, retry], group, start="earliest"))
-            threads.append(threading.Thread(target=run, args=(members[1],)))
-            threads[1].start()
+            threads.append(polling(members[1], stop))
 
             def split() -> bool:
                 owned = [m.assignment() for m in members]
@@ -144,13 +137,7 @@ class TestBusContract:
         second = bus.subscribe([topic], group, start="earliest")
         again: list[Record] = []
         stop = threading.Event()
-
-        def run() -> None:
-            while not stop.is_set():
-                second.poll(0.1)
-
-        thread = threading.Thread(target=run)
-        thread.start()
+        thread = polling(second, stop)
         try:
             def split() -> bool:
                 again.extend(first.poll(0.1))

@@ -12,7 +12,7 @@ import time
 
 from cascade.events.bindings.kafka import WireRecord
 from cascade.events.bus.kafka import KafkaBus
-from tests.conftest import KAFKA, drain, wait_assigned
+from tests.conftest import KAFKA, drain, polling, wait_assigned
 from tests.helpers.waiting import eventually
 
 
@@ -41,27 +41,20 @@ def test_assignment_answers_at_once_while_members_poll_through_rebalances(topic:
     stop = threading.Event()
     slowest = [0.0]
 
-    def poll(member: object) -> None:
-        while not stop.is_set():
-            member.poll(0.1)  # type: ignore[attr-defined]
-
     def ask() -> None:
         while not stop.is_set():
             for i, member in enumerate(list(members)):
                 began = time.monotonic()
                 seen[i] = len(member.assignment())
                 slowest[0] = max(slowest[0], time.monotonic() - began)
-            time.sleep(0.005)  # pacing the questions, not waiting for anything
+            stop.wait(0.005)  # pacing the questions; ends at once when the test stops
 
-    threads = [threading.Thread(target=poll, args=(members[0],), daemon=True),
-               threading.Thread(target=ask, daemon=True)]
+    threads = [polling(members[0], stop), threading.Thread(target=ask, daemon=True)]
     try:
-        for t in threads:
-            t.start()
+        threads[1].start()
         eventually(lambda: seen.get(0) == 4, 30, "the first member owning all partitions")
         members.append(bus.subscribe([topic], group, start="earliest"))  # a rebalance while both are asked
-        threads.append(threading.Thread(target=poll, args=(members[1],), daemon=True))
-        threads[-1].start()
+        threads.append(polling(members[1], stop))
         eventually(lambda: seen.get(0) == seen.get(1) == 2, 30, "the partitions shared between the two members")
     finally:
         stop.set()

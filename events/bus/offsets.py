@@ -35,7 +35,9 @@ class AckTracker:
 
     def delivered(self, tp: TopicPartition, offset: int) -> None:
         with self._lock:
-            part = self._parts.setdefault(tp, _Partition())
+            part = self._parts.get(tp)
+            if part is None:  # not setdefault: that would build a _Partition for every record
+                part = self._parts[tp] = _Partition()
             if offset < part.next:  # re-fetched after a seek: start over from here
                 part.outstanding.clear()
                 part.acked.clear()

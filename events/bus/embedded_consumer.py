@@ -37,6 +37,7 @@ class EmbeddedConsumer:
         self._last_commit = time.monotonic()
         self._data_version = -1
         self._last_records = time.monotonic()
+        self._caught_up = False  # the last fetch read to the end of every owned partition
         self._closed = False
         self._doorbell: Doorbell | None = None
         if SUPPORTED:
@@ -88,6 +89,7 @@ class EmbeddedConsumer:
         self._owned = owned
         self._last_rebalance = time.monotonic()
         self._data_version = -1  # fetch at once: the assignment may have changed
+        self._caught_up = False
 
     def _initial_position(self, tp: TopicPartition) -> int:
         row = self._conn.execute("SELECT off FROM offsets WHERE grp=? AND topic=? AND part=?",
@@ -147,10 +149,17 @@ class EmbeddedConsumer:
                 self._tracker.delivered(tp, int(off))
             if rows:
                 self._owned[tp] = int(rows[-1][0]) + 1
+        self._caught_up = len(records) < max_records
         return records
 
     def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         deadline = time.monotonic() + timeout
+        if self._caught_up and self._doorbell is not None:
+            # Everything committed before the last fetch was read, and every commit since rang: wait for the ring
+            # before looking. (Looking first is a query whose release of the interpreter lock, right after the
+            # caller handed the last records to another thread, cost both threads a switch per event.)
+            self._caught_up = False
+            self._doorbell.wait(min(RECHECK, timeout, self._rebalance_every))
         while True:
             now = time.monotonic()
             if now - self._last_rebalance >= self._rebalance_every:

@@ -74,3 +74,27 @@ def test_complete_later_calls_back_once_the_write_is_done_or_with_the_error(tmp_
     idem.complete_later("/s", "e1", outcomes.append)
     eventually(lambda: len(outcomes) == 2, 5, "the written completion's callback")
     assert outcomes[1] is None and idem.claim_many([("/s", "e1")]) == [Claim.DONE]
+
+
+def test_a_trickle_of_later_completions_shares_one_write_within_the_linger(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path / "s.db")
+    idem = Idempotency(store, "t", linger=1.0)
+    outcomes: list[BaseException | None] = []
+    for i in range(5):  # one every 20 ms: without the linger, each would wake the writer for a write of its own
+        idem.complete_later("/s", f"e{i}", outcomes.append)
+        threading.Event().wait(0.02)
+    eventually(lambda: len(outcomes) == 5, 10, "the five callbacks")
+    assert store.writes == [5] and outcomes == [None] * 5
+
+
+def test_complete_does_not_wait_for_the_linger(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path / "s.db")
+    idem = Idempotency(store, "t", linger=60.0)
+    later: list[BaseException | None] = []
+    idem.complete_later("/s", "e0", later.append)  # the writer lingers on this one
+    eventually(lambda: idem._done.qsize() == 0, 5, "the writer took the first completion")
+    waiter = threading.Thread(target=idem.complete, args=("/s", "e1"))
+    waiter.start()
+    waiter.join(10)
+    assert not waiter.is_alive(), "complete() waited for the linger"
+    assert store.writes == [2] and later == [None], "what lingered went in the same write"

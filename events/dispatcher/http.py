@@ -13,7 +13,11 @@ says which sockets to watch and when to wake it, the loop watches them (``add_re
 ``call_later``) and hands each readiness back. Both behave alike:
 
 * a request on a kept connection that the server had closed before answering is sent once more on
-  a fresh one (libcurl does this itself, for every method);
+  a fresh one. libcurl does this itself, for every method, but it takes the next connection from its
+  pool and gives up after five. A thread's handle keeps one connection, but the loop's pool keeps as
+  many as were in flight at once, and after a burst a pool the server had timed out together failed
+  deliveries to a healthy subscriber (the latency bench's uvicorn, beside busy processes). So the
+  loop sends a request that failed on kept connections only once more, on a new one;
 * only ``http`` and ``https`` URLs are fetched, redirects are not followed, proxies named in the
   environment are not used (a subscriber is called directly, as before);
 * TLS is verified against the CA bundle Python's ``ssl`` module uses (so ``SSL_CERT_FILE`` and
@@ -74,6 +78,7 @@ class _Transfer:
 
     def __init__(self, curl: pycurl.Curl, url: str, headers: dict[str, str], body: bytes, timeout: float) -> None:
         self.curl = curl
+        self.fresh = False  # sent again on a new connection (``AsyncHTTP._fresh_again``)
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
         lines = [f"{k}: {v}" for k, v in headers.items()]
@@ -96,6 +101,12 @@ class _Transfer:
 
     def response(self) -> Response:
         return Response(int(self.curl.getinfo(pycurl.RESPONSE_CODE)), self.headers, b"".join(self.chunks))
+
+
+def _kept_only(curl: pycurl.Curl, code: int) -> bool:
+    """Whether a transfer failed as libcurl fails one that found every kept connection it tried dead (``Connection
+    died, tried 5 times``), without opening one of its own."""
+    return code == pycurl.E_SEND_ERROR and int(curl.getinfo(pycurl.NUM_CONNECTS)) == 0
 
 
 def _failure(code: int, message: str) -> DeliveryError | DeliveryTimeout:
@@ -196,13 +207,27 @@ class AsyncHTTP:
             for curl in ok:
                 self._settle(curl, None)
             for curl, code, message in failed:
-                self._settle(curl, _failure(code, message))
+                if not self._fresh_again(curl, code):
+                    self._settle(curl, _failure(code, message))
             if not queued:
                 return
+
+    def _fresh_again(self, curl: pycurl.Curl, code: int) -> bool:
+        """Send a transfer that found only dead kept connections once more, on a new connection."""
+        transfer, done = self._running[curl]
+        if transfer.fresh or done.done() or not _kept_only(curl, code):
+            return False
+        transfer.fresh = True
+        self._multi.remove_handle(curl)
+        curl.setopt(pycurl.FRESH_CONNECT, 1)
+        self._multi.add_handle(curl)
+        return True
 
     def _settle(self, curl: pycurl.Curl, error: DeliveryError | DeliveryTimeout | None) -> None:
         self._multi.remove_handle(curl)
         transfer, done = self._running.pop(curl)
+        if transfer.fresh:
+            curl.setopt(pycurl.FRESH_CONNECT, 0)
         self._idle.append(curl)
         if done.done():
             return

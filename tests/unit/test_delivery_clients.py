@@ -98,6 +98,21 @@ def test_the_loop_client_resends_a_request_dropped_on_a_kept_connection(url: str
     assert DropsTheSecondRequest.seen == [1, 2, 1], "dropped on the kept connection, answered on a fresh one"
 
 
+def test_the_loop_client_sends_on_a_new_connection_when_every_kept_one_it_tries_is_dead(url: str) -> None:
+    """After a burst the pool keeps eight connections, and the server drops each one's next request; libcurl alone
+    tries five of them and fails the delivery (``Connection died, tried 5 times``)."""
+    async def burst_then_one_by_one() -> list[Response]:
+        client = AsyncHTTP(8)
+        try:
+            await asyncio.gather(*[client.post(url, {}, b"{}", 5.0) for _ in range(8)])
+            return [await client.post(url, {}, b"{}", 5.0) for _ in range(3)]
+        finally:
+            await client.close()
+
+    assert [a.status for a in on_the_dispatchers_loop(burst_then_one_by_one())] == [200, 200, 200]
+    assert DropsTheSecondRequest.seen.count(1) == 8 + 3, "each request after the burst answered on a new connection"
+
+
 def test_both_clients_report_a_server_that_is_not_there() -> None:
     assert [type(a) for a in each("http://127.0.0.1:9/", {}, b"{}")] == [DeliveryError, DeliveryError]
 

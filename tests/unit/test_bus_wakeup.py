@@ -18,7 +18,6 @@ pytestmark = pytest.mark.skipif(not SUPPORTED, reason="abstract unix sockets are
 
 PUBLISH = """
 import sys
-from cascade.events.bus import embedded_consumer
 from cascade.events.bus.embedded import EmbeddedBus
 from cascade.events.envelope import new_event
 bus = EmbeddedBus(sys.argv[1])
